@@ -1,0 +1,66 @@
+# One way to do each thing; .ci/run calls `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+# The real `remember` client needs Python >= 3.12 (pyenv has it on this machine).
+PY312 ?= $(shell ls -d $$HOME/.pyenv/versions/3.1[2-9]*/bin/python 2>/dev/null | head -1 || true)
+ifeq ($(PY312),)
+PY312 := $(shell command -v python3.13 || command -v python3.12)
+endif
+REMEMBER_VENV := .venv-remember
+GENERATED := clients/python/testament clients/typescript/src/gen
+
+.PHONY: install run test test-python test-ts generate check-generated lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(REMEMBER_VENV)/.installed:
+	@if [ -z "$(PY312)" ]; then echo "no Python >= 3.12 found for the remember client" >&2; exit 1; fi
+	$(PY312) -m venv $(REMEMBER_VENV)
+	$(REMEMBER_VENV)/bin/python -m pip install -q remember==0.17.2
+	touch $@
+
+install: $(STAMP) $(NODE_STAMP) $(REMEMBER_VENV)/.installed
+
+run: $(STAMP)
+	$(BIN)/testament up --data-dir .data --gateway-port 8000
+
+generate: $(STAMP) $(NODE_STAMP)
+	bash scripts/generate.sh
+
+# CI fails when regeneration changes a tracked file (or adds an untracked one).
+check-generated: generate
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+	  git status --porcelain -- $(GENERATED); \
+	  echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+lint: $(STAMP) $(NODE_STAMP)
+	node_modules/.bin/buf lint
+	@if git rev-parse --verify -q main >/dev/null; then \
+	  node_modules/.bin/buf breaking --against '.git#branch=main'; fi
+	$(BIN)/ruff check services clients/python/testament/_sdk tests bench
+
+test-python: install
+	REMEMBER_PYTHON=$(abspath $(REMEMBER_VENV))/bin/python $(BIN)/python -m pytest -q
+
+test-ts: install
+	npm test
+
+test: install lint check-generated test-python test-ts
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) $(REMEMBER_VENV) node_modules .data

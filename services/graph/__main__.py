@@ -1,0 +1,3 @@
+from services.graph.main import main
+
+main()

@@ -1,0 +1,3 @@
+from services.ingest.main import main
+
+main()

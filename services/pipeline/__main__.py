@@ -1,0 +1,3 @@
+from services.pipeline.main import main
+
+main()

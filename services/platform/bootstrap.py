@@ -1,0 +1,70 @@
+"""Resources every service process opens the same way (database, credentials, deployment).
+
+Each service's composition root (``services/<name>/main.py``) calls
+:func:`open_platform` and adds its own servicers and adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from services.platform.auth import Authenticator
+from services.platform.contract import SERVICE_FULL_NAMES
+from services.platform.credentials_pg import PgCredentials
+from services.platform.db import Database
+from services.platform.deployment import DeploymentServicer
+from services.platform.server import Closer, Servicer, StartupError
+from services.platform.settings import Settings
+
+
+@dataclass
+class Platform:
+    db: Database
+    authenticator: Authenticator
+    deployment: Servicer
+    closers: list[Closer] = field(default_factory=list)
+
+
+def redacted_dsn(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    host = parts.hostname or "?"
+    return f"{parts.scheme}://{parts.username or ''}@{host}:{parts.port or 5432}{parts.path}"
+
+
+async def open_database(settings: Settings, name: str) -> Database:
+    if not settings.database_url:
+        raise StartupError(
+            f"testament-{name}: TESTAMENT_DATABASE_URL (or DATABASE_URL) is not set; "
+            "`testament up` sets it for the services it starts"
+        )
+    try:
+        return await Database.connect(
+            settings.database_url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            query_timeout_s=settings.db_query_timeout_s,
+            connect_timeout_s=settings.db_connect_timeout_s,
+            application_name=f"testament-{name}",
+        )
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise StartupError(
+            f"testament-{name}: cannot reach the database at "
+            f"{redacted_dsn(settings.database_url)} (TESTAMENT_DATABASE_URL): {exc}"
+        ) from None
+
+
+async def open_platform(settings: Settings, name: str) -> Platform:
+    db = await open_database(settings, name)
+    deployment = Servicer(
+        SERVICE_FULL_NAMES["deployment"],
+        DeploymentServicer(db, build_revision=settings.build_revision),
+    )
+    return Platform(
+        db=db,
+        authenticator=Authenticator(PgCredentials(db)),
+        deployment=deployment,
+        closers=[db.close],
+    )

@@ -1,0 +1,135 @@
+"""The asyncpg pool every service shares the shape of.
+
+Every query carries a timeout: the configured default, shortened to what is
+left of the caller's deadline (set per RPC by the deadline interceptor through
+:data:`request_deadline`). Codecs (pgvector, jsonb) are registered in the
+pool's ``init`` so each connection is ready when it is handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+# Absolute loop time by which the current request must be answered (None = no deadline).
+request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "request_deadline", default=None
+)
+
+# Below this, a query would only start to be cancelled: refuse it instead.
+_MIN_QUERY_TIMEOUT_S = 0.05
+
+
+class DeadlineSpent(Exception):
+    """The caller's deadline has passed before the query could start."""
+
+
+def remaining_timeout(default_s: float) -> float:
+    """The timeout for the next I/O step: the default, capped by the request deadline."""
+    deadline = request_deadline.get()
+    if deadline is None:
+        return default_s
+    left = deadline - asyncio.get_running_loop().time()
+    if left < _MIN_QUERY_TIMEOUT_S:
+        raise DeadlineSpent("the request deadline passed before the query could run")
+    return min(default_s, left)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+    )
+    await conn.set_type_codec(
+        "json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+    )
+    try:
+        await register_vector(conn)
+    except ValueError:
+        # The vector extension is not installed yet (before the first migration).
+        pass
+
+
+class Database:
+    """A pool plus timeout discipline. Use :meth:`acquire`/:meth:`transaction` for several
+    statements, or the one-shot helpers for a single statement."""
+
+    def __init__(self, pool: asyncpg.Pool, *, query_timeout_s: float) -> None:
+        self._pool = pool
+        self.query_timeout_s = query_timeout_s
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        query_timeout_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
+        application_name: str = "testament",
+    ) -> Database:
+        pool = await asyncpg.create_pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=connect_timeout_s,
+            command_timeout=query_timeout_s,
+            init=_init_connection,
+            server_settings={"application_name": application_name},
+        )
+        assert pool is not None
+        return cls(pool, query_timeout_s=query_timeout_s)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool
+
+    def timeout(self) -> float:
+        return remaining_timeout(self.query_timeout_s)
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self._pool.acquire(timeout=self.timeout()) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def transaction(
+        self, *, isolation: str = "read_committed", readonly: bool = False
+    ) -> AsyncIterator[asyncpg.Connection]:
+        async with self.acquire() as conn, conn.transaction(
+            isolation=isolation, readonly=readonly
+        ):
+            yield conn
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._pool.fetch(sql, *args, timeout=self.timeout())
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        return await self._pool.fetchrow(sql, *args, timeout=self.timeout())
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._pool.fetchval(sql, *args, timeout=self.timeout())
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        return await self._pool.execute(sql, *args, timeout=self.timeout())
+
+    async def executemany(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
+        await self._pool.executemany(sql, args, timeout=self.timeout())
+
+    async def ping(self) -> None:
+        await self.fetchval("SELECT 1")
+
+    async def close(self) -> None:
+        """Idempotent."""
+        if not self._pool.is_closing():
+            try:
+                await asyncio.wait_for(self._pool.close(), timeout=5.0)
+            except TimeoutError:
+                self._pool.terminate()

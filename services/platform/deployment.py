@@ -1,0 +1,54 @@
+"""DeploymentService: build info and database health, served by every service process."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+from testament.common.v1 import deployment_pb2
+
+from services.platform.db import Database
+from services.platform.errors import Unavailable
+
+# MCP tool -> tool version, for the tools whose routes this release actually serves.
+# The real `remember` MCP server renders a tool only when its version matches, so a
+# tool is listed here only once its routes answer (each issue adds its own).
+SERVED_TOOLS: dict[str, int] = {}
+
+
+class DeploymentServicer:
+    def __init__(
+        self,
+        db: Database | None,
+        *,
+        build_revision: str,
+        model_bindings: Mapping[str, str] | None = None,
+        tools: Mapping[str, int] | None = None,
+    ) -> None:
+        self._db = db
+        self._build_revision = build_revision
+        self._model_bindings = dict(model_bindings or {})
+        self._tools = dict(SERVED_TOOLS if tools is None else tools)
+
+    async def GetDeployment(
+        self, request: deployment_pb2.GetDeploymentRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.GetDeploymentResponse:
+        return deployment_pb2.GetDeploymentResponse(
+            build_revision=self._build_revision,
+            model_bindings=self._model_bindings,
+            tools=self._tools,
+        )
+
+    async def CheckHealth(
+        self, request: deployment_pb2.CheckHealthRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.CheckHealthResponse:
+        if self._db is None:
+            return deployment_pb2.CheckHealthResponse(status="ok")
+        try:
+            await self._db.ping()
+        except Exception:  # noqa: BLE001 - any failure means "the database does not answer"
+            # RememberStack answers a bare 500 here, not 503.
+            raise Unavailable(
+                "Internal Server Error", reason="DATABASE_DOWN", http_status=500
+            ) from None
+        return deployment_pb2.CheckHealthResponse(status="ok")

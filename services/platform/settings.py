@@ -1,0 +1,132 @@
+"""Settings for every Testament process, read once from the environment at start-up.
+
+Nothing else in the code base reads ``os.environ``: a composition root calls
+:func:`load_settings` and passes the result (or the parts it needs) explicitly.
+A bad value stops the process with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "TESTAMENT_"
+
+SERVICE_NAMES: tuple[str, ...] = ("ingest", "pipeline", "retrieval", "graph", "queryspace")
+
+
+class SettingsError(SystemExit):
+    """Raised (as a process exit) when the environment holds an unusable value."""
+
+
+class Settings(BaseSettings):
+    """Process settings. Environment variables are ``TESTAMENT_<FIELD>`` (upper case)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        env_ignore_empty=True,
+    )
+
+    # --- database -----------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TESTAMENT_DATABASE_URL", "DATABASE_URL"),
+        description="PostgreSQL DSN. Unset: `testament up` starts the embedded server.",
+    )
+    db_pool_min: int = Field(default=1, ge=0, le=100)
+    db_pool_max: int = Field(default=8, ge=1, le=200)
+    db_query_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    db_connect_timeout_s: float = Field(default=5.0, gt=0, le=120)
+
+    # --- object store -------------------------------------------------------------
+    object_store: Literal["local", "s3"] = "local"
+    objects_dir: Path | None = Field(
+        default=None, description="Root of the local object store (default <data_dir>/objects)."
+    )
+    s3_endpoint_url: str | None = None
+    s3_bucket: str = "testament-objects"
+    s3_region: str = "us-east-1"
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+
+    # --- processes and ports ------------------------------------------------------
+    data_dir: Path = Path(".data")
+    host: str = "127.0.0.1"
+    gateway_port: int = Field(default=8000, ge=0, le=65535)
+    gateway_grpc_port: int = Field(default=0, ge=0, le=65535)
+    ingest_port: int = Field(default=0, ge=0, le=65535)
+    pipeline_port: int = Field(default=0, ge=0, le=65535)
+    retrieval_port: int = Field(default=0, ge=0, le=65535)
+    graph_port: int = Field(default=0, ge=0, le=65535)
+    queryspace_port: int = Field(default=0, ge=0, le=65535)
+    # Where the gateway and other callers find each service ("host:port").
+    ingest_addr: str | None = None
+    pipeline_addr: str | None = None
+    retrieval_addr: str | None = None
+    graph_addr: str | None = None
+    queryspace_addr: str | None = None
+
+    # --- server behaviour ---------------------------------------------------------
+    shutdown_grace_s: float = Field(default=10.0, ge=0, le=300)
+    default_deadline_s: float = Field(
+        default=60.0, gt=0, le=3600, description="Server-side deadline when a caller sets none."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    trace_log: bool = Field(default=True, description="One JSON access line per RPC with trace id.")
+
+    # --- product ------------------------------------------------------------------
+    build_revision: str = ""
+    ingest_body_max_bytes: int | None = Field(default=None, ge=1)
+    trusted_principal_source: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _dsn_scheme(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("postgres://", "postgresql://")):
+            raise ValueError("must be a postgresql:// DSN")
+        return value
+
+    def port_for(self, service: str) -> int:
+        return int(getattr(self, f"{service}_port"))
+
+    def addr_for(self, service: str) -> str:
+        addr = getattr(self, f"{service}_addr", None)
+        if not addr:
+            raise SettingsError(
+                f"{ENV_PREFIX}{service.upper()}_ADDR is not set: the address of the {service} "
+                "service is needed here"
+            )
+        return str(addr)
+
+    @property
+    def objects_root(self) -> Path:
+        return self.objects_dir or (self.data_dir / "objects")
+
+
+def _variable_name(loc: tuple[object, ...]) -> str:
+    field = str(loc[0]) if loc else "?"
+    if field.isupper():
+        return field
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate settings; exit naming the variable if one is unusable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = [
+            f"{_variable_name(err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()
+        ]
+        message = "testament: invalid settings:\n  " + "\n  ".join(lines)
+        print(message, file=sys.stderr)
+        raise SettingsError(2) from None

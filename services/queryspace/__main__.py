@@ -1,0 +1,3 @@
+from services.queryspace.main import main
+
+main()

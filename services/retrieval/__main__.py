@@ -1,0 +1,3 @@
+from services.retrieval.main import main
+
+main()

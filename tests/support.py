@@ -1,0 +1,113 @@
+"""Helpers for tests that run real processes against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.platform.server import free_ports
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def service_env(dsn: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESTAMENT_")}
+    env["TESTAMENT_DATABASE_URL"] = dsn
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def wait_serving(address: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"process exited with {proc.returncode}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise TimeoutError(f"{address} did not become SERVING")
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen[bytes]
+    address: str
+    log_path: Path
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for raw in self.log_path.read_text(errors="replace").splitlines():
+            if raw.startswith("{"):
+                try:
+                    lines.append(json.loads(raw))
+                except ValueError:
+                    pass
+        return lines
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+@contextmanager
+def run_service(name: str, dsn: str, tmp: Path, **env: str) -> Iterator[Proc]:
+    """One service as its own OS process on a free port; stopped (drained) afterwards."""
+    (port,) = free_ports(1)
+    log_path = tmp / f"{name}-{port}.log"
+    module = "services.gateway" if name == "gateway" else f"services.{name}"
+    environment = service_env(dsn, **{f"TESTAMENT_{name.upper()}_PORT": str(port), **env})
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module], cwd=REPO, env=environment,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    handle = Proc(proc, f"127.0.0.1:{port}", log_path)
+    try:
+        wait_serving(handle.address, proc=proc)
+        yield handle
+    finally:
+        handle.stop()
+
+
+@contextmanager
+def run_gateway(dsn: str, tmp: Path, **addrs: str) -> Iterator[Proc]:
+    """The gateway process, pointed at already running services (``ingest="host:port"``)."""
+    http_port, grpc_port = free_ports(2)
+    env = {f"TESTAMENT_{k.upper()}_ADDR": v for k, v in addrs.items()}
+    env.update(TESTAMENT_GATEWAY_PORT=str(http_port), TESTAMENT_GATEWAY_GRPC_PORT=str(grpc_port))
+    log_path = tmp / f"gateway-{http_port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.gateway"], cwd=REPO, env=service_env(dsn, **env),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    handle = Proc(proc, f"127.0.0.1:{grpc_port}", log_path, {"http": http_port})
+    try:
+        wait_serving(handle.address, proc=proc)
+        yield handle
+    finally:
+        handle.stop()

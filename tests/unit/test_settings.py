@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from services.platform.settings import SettingsError, load_settings
+from tests.support import REPO
+
+
+def test_a_bad_value_stops_with_the_variable_named(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TESTAMENT_GATEWAY_PORT", "eighty")
+    with pytest.raises(SettingsError):
+        load_settings()
+    assert "TESTAMENT_GATEWAY_PORT" in capsys.readouterr().err
+
+
+def test_an_unknown_choice_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TESTAMENT_OBJECT_STORE", "ftp")
+    with pytest.raises(SettingsError):
+        load_settings()
+    assert "TESTAMENT_OBJECT_STORE" in capsys.readouterr().err
+
+
+def test_database_url_must_be_postgres(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", "mysql://x")
+    with pytest.raises(SettingsError):
+        load_settings()
+    assert "DATABASE_URL" in capsys.readouterr().err
+
+
+def test_a_service_process_exits_naming_the_variable() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "services.graph"], cwd=REPO, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "TESTAMENT_SHUTDOWN_GRACE_S": "-3"}, timeout=60,
+    )
+    assert result.returncode != 0
+    assert "TESTAMENT_SHUTDOWN_GRACE_S" in result.stderr
