@@ -113,3 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

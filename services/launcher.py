@@ -60,6 +60,7 @@ class Stack:
         env["TESTAMENT_DATA_DIR"] = str(self.data_dir)
         env.setdefault("TESTAMENT_OBJECTS_DIR", str(self.settings.objects_dir or self.data_dir / "objects"))
         env["TESTAMENT_HOST"] = self.settings.host
+        env["TESTAMENT_TRACE_LOG"] = "true" if self.settings.trace_log else "false"
         for name, port in ports.items():
             key = "GATEWAY_GRPC" if name == GATEWAY else name.upper()
             env[f"TESTAMENT_{key}_PORT"] = str(port)

@@ -96,6 +96,17 @@ def _timestamp(msg: Message) -> str:
     return text + "Z"
 
 
+def _plain_json(value: Any) -> Any:
+    """Struct/Value numbers are doubles on the wire: print whole ones as JSON integers."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    return value
+
+
 def _scalar_encoder(field: FieldDescriptor) -> Callable[[Any], Any]:
     if field.type == FieldDescriptor.TYPE_ENUM:
         to_wire, _ = enum_wire_names(field.enum_type)
@@ -127,7 +138,7 @@ def _plan(descriptor: Descriptor) -> Callable[[Message], Any]:
     if full == _WKT_TIMESTAMP:
         return _timestamp
     if full in _WKT_JSON:
-        return lambda m: json_format.MessageToDict(m)
+        return lambda m: _plain_json(json_format.MessageToDict(m))
     if is_union(descriptor):
         oneof = descriptor.oneofs[0].name
 
