@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import grpc
 import httpx
+from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
 
 from bench._common import Row, percentiles, running_stack, timed
 from services.platform.deployment import DeploymentServicer
-from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
 
 N = 2000
 

@@ -8,6 +8,9 @@ import subprocess
 
 import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
+from testament.common.v1 import types_pb2
+from testament.ingest.v1 import ingest_pb2
+from testament.retrieval.v1 import retrieval_pb2
 
 from services.gateway.transcoder import (
     DecodeError,
@@ -18,9 +21,6 @@ from services.gateway.transcoder import (
     routes_for,
 )
 from services.platform import contract
-from testament.common.v1 import types_pb2
-from testament.ingest.v1 import ingest_pb2
-from testament.retrieval.v1 import retrieval_pb2
 
 
 @pytest.fixture(scope="module")

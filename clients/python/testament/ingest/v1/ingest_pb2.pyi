@@ -175,6 +175,7 @@ class UploadOptions(_message.Message):
     PRINCIPAL_KIND_FIELD_NUMBER: _builtins.int
     PRINCIPAL_REF_FIELD_NUMBER: _builtins.int
     EXPECTED_SIZE_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
     filename: _builtins.str
     """Required, >= 1 char. Its suffix is kept on the stored original; its stem
     is the default title.
@@ -211,6 +212,15 @@ class UploadOptions(_message.Message):
     configured: absent -> 411 `length_required`; above the cap -> 413
     `body_too_large`. The service also enforces the cap on the bytes received.
     """
+    @_builtins.property
+    def acl(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Testament extension (query parameter `acl`, repeatable): the principals
+        allowed to see the document; empty = everyone in the caller's space. A
+        caller may only name principals it holds (403 `credential may not perform
+        this operation` otherwise). Fixed by the document's first ingest, like
+        `title`; later values are ignored.
+        """
+
     def __init__(
         self,
         *,
@@ -225,10 +235,11 @@ class UploadOptions(_message.Message):
         principal_kind: _builtins.str | None = ...,
         principal_ref: _builtins.str | None = ...,
         expected_size: _builtins.int | None = ...,
+        acl: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_size", b"_expected_size", "_principal_kind", b"_principal_kind", "_principal_ref", b"_principal_ref", "_source_kind", b"_source_kind", "_source_modified_at", b"_source_modified_at", "_source_ref", b"_source_ref", "_source_version_ref", b"_source_version_ref", "_title", b"_title", "_versioning_mode", b"_versioning_mode", "expected_size", b"expected_size", "principal_kind", b"principal_kind", "principal_ref", b"principal_ref", "source_kind", b"source_kind", "source_modified_at", b"source_modified_at", "source_ref", b"source_ref", "source_version_ref", b"source_version_ref", "title", b"title", "versioning_mode", b"versioning_mode"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_size", b"_expected_size", "_principal_kind", b"_principal_kind", "_principal_ref", b"_principal_ref", "_source_kind", b"_source_kind", "_source_modified_at", b"_source_modified_at", "_source_ref", b"_source_ref", "_source_version_ref", b"_source_version_ref", "_title", b"_title", "_versioning_mode", b"_versioning_mode", "expected_size", b"expected_size", "filename", b"filename", "mime", b"mime", "principal_kind", b"principal_kind", "principal_ref", b"principal_ref", "source_kind", b"source_kind", "source_modified_at", b"source_modified_at", "source_ref", b"source_ref", "source_version_ref", b"source_version_ref", "title", b"title", "versioning_mode", b"versioning_mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_size", b"_expected_size", "_principal_kind", b"_principal_kind", "_principal_ref", b"_principal_ref", "_source_kind", b"_source_kind", "_source_modified_at", b"_source_modified_at", "_source_ref", b"_source_ref", "_source_version_ref", b"_source_version_ref", "_title", b"_title", "_versioning_mode", b"_versioning_mode", "acl", b"acl", "expected_size", b"expected_size", "filename", b"filename", "mime", b"mime", "principal_kind", b"principal_kind", "principal_ref", b"principal_ref", "source_kind", b"source_kind", "source_modified_at", b"source_modified_at", "source_ref", b"source_ref", "source_version_ref", b"source_version_ref", "title", b"title", "versioning_mode", b"versioning_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_size: _TypeAlias = _typing.Literal["expected_size"]  # noqa: Y015
     _WhichOneofArgType__expected_size: _TypeAlias = _typing.Literal["_expected_size", b"_expected_size"]  # noqa: Y015
