@@ -8,7 +8,8 @@ takes milliseconds.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,6 @@ import pytest
 
 from services.platform.embedded_pg import EmbeddedPostgres
 from services.platform.migrations import migrate
-
-_counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +32,15 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
 
 
 def clone_database(pg: EmbeddedPostgres) -> str:
-    name = f"t{next(_counter)}_{id(pg) % 10000}"
-    pg._psql("postgres", f'CREATE DATABASE "{name}" TEMPLATE testament_template')
-    return f"postgresql://postgres@{pg.host}:{pg.port}/{name}"
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    for attempt in range(20):
+        result = pg._psql("postgres", f'CREATE DATABASE "{name}" TEMPLATE testament_template', check=False)
+        if result.returncode == 0:
+            return f"postgresql://postgres@{pg.host}:{pg.port}/{name}"
+        if "being accessed by other users" not in result.stderr or attempt == 19:
+            raise RuntimeError(f"cannot clone the template database: {result.stderr.strip()}")
+        time.sleep(0.25)
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")

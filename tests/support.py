@@ -94,10 +94,11 @@ def run_service(name: str, dsn: str, tmp: Path, **env: str) -> Iterator[Proc]:
 
 
 @contextmanager
-def run_gateway(dsn: str, tmp: Path, **addrs: str) -> Iterator[Proc]:
+def run_gateway(dsn: str, tmp: Path, *, extra_env: dict[str, str] | None = None, **addrs: str) -> Iterator[Proc]:
     """The gateway process, pointed at already running services (``ingest="host:port"``)."""
     http_port, grpc_port = free_ports(2)
     env = {f"TESTAMENT_{k.upper()}_ADDR": v for k, v in addrs.items()}
+    env.update(extra_env or {})
     env.update(TESTAMENT_GATEWAY_PORT=str(http_port), TESTAMENT_GATEWAY_GRPC_PORT=str(grpc_port))
     log_path = tmp / f"gateway-{http_port}.log"
     with open(log_path, "wb") as log:

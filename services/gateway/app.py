@@ -123,18 +123,15 @@ class Upstreams:
             name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
             for name, addr in addresses.items()
         }
-        self._by_service: dict[str, grpc.aio.Channel] = {}
-        for name, channel in self._channels.items():
-            self._by_service[name] = channel
 
     def channel_for(self, service_full_name: str) -> grpc.aio.Channel:
         key = service_full_name.split(".")[1]  # testament.<pkg>.v1.Service
-        if key in self._by_service:
-            return self._by_service[key]
-        # DeploymentService (package `common`) is served by every process: use any.
-        for name in ("ingest", "retrieval", "queryspace", "graph", "pipeline"):
-            if name in self._by_service:
-                return self._by_service[name]
+        if key in self._channels:
+            return self._channels[key]
+        if key == "common":  # DeploymentService is served by every process: use any
+            for name in ("ingest", "retrieval", "queryspace", "graph", "pipeline"):
+                if name in self._channels:
+                    return self._channels[name]
         raise LookupError(f"no upstream serves {service_full_name}")
 
     async def close(self) -> None:
@@ -215,7 +212,11 @@ class Gateway:
         return await self._call(route, message, request)
 
     async def _call(self, route: Route, message: Message, request: Request) -> Response:
-        call = self.upstreams.channel_for(route.service.full_name).unary_unary(
+        try:
+            channel = self.upstreams.channel_for(route.service.full_name)
+        except LookupError:
+            return detail(503, "service unavailable")
+        call = channel.unary_unary(
             route.full_method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=route.response_class().FromString,
@@ -258,7 +259,11 @@ class Gateway:
                     if part:
                         yield request_cls(chunk=part)
 
-        call = self.upstreams.channel_for(route.service.full_name).stream_unary(
+        try:
+            channel = self.upstreams.channel_for(route.service.full_name)
+        except LookupError:
+            return detail(503, "service unavailable")
+        call = channel.stream_unary(
             route.full_method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=route.response_class().FromString,

@@ -16,6 +16,7 @@ from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.deployment import DeploymentServicer
+from services.platform.objectstore import ObjectStore, ObjectStoreError, build_object_store
 from services.platform.server import Closer, Servicer, StartupError
 from services.platform.settings import Settings
 
@@ -54,6 +55,30 @@ async def open_database(settings: Settings, name: str) -> Database:
             f"testament-{name}: cannot reach the database at "
             f"{redacted_dsn(settings.database_url)} (TESTAMENT_DATABASE_URL): {exc}"
         ) from None
+
+
+async def open_object_store(settings: Settings, name: str) -> ObjectStore:
+    """The configured object store, checked before the service reports healthy."""
+    store = build_object_store(
+        backend=settings.object_store,
+        local_root=settings.objects_root,
+        s3_endpoint_url=settings.s3_endpoint_url,
+        s3_bucket=settings.s3_bucket,
+        s3_region=settings.s3_region,
+        s3_access_key=settings.s3_access_key,
+        s3_secret_key=settings.s3_secret_key,
+        s3_create_bucket=settings.s3_create_bucket,
+    )
+    try:
+        await store.check()
+    except ObjectStoreError as exc:
+        await store.close()
+        where = settings.s3_endpoint_url if settings.object_store == "s3" else settings.objects_root
+        raise StartupError(
+            f"testament-{name}: the object store ({settings.object_store}, {where}) is not usable "
+            f"(TESTAMENT_OBJECT_STORE): {exc}"
+        ) from None
+    return store
 
 
 async def open_platform(settings: Settings, name: str) -> Platform:

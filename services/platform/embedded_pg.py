@@ -142,8 +142,10 @@ class EmbeddedPostgres:
             "-c", "logging_collector=off",
         ]
         if self.fast:
+            # Tests: durability off, and no autovacuum worker holding the template database
+            # open while CREATE DATABASE … TEMPLATE copies it.
             args += ["-c", "fsync=off", "-c", "full_page_writes=off",
-                     "-c", "synchronous_commit=off"]
+                     "-c", "synchronous_commit=off", "-c", "autovacuum=off"]
         log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             self._proc = subprocess.Popen(  # noqa: S603

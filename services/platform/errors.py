@@ -77,6 +77,14 @@ class InvalidArgument(TestamentError):
     reason = "INVALID_ARGUMENT"
 
 
+class BadRequest(TestamentError):
+    """A malformed value the route reports as 400 rather than 422 (e.g. a bad cursor)."""
+
+    code = Code.INVALID_ARGUMENT
+    http_status = 400
+    reason = "BAD_REQUEST"
+
+
 @dataclass
 class ValidationFailed(Exception):
     """A request failed field validation: the 422 list form of ``detail``."""

@@ -7,12 +7,15 @@ A bad value stops the process with a message that names the variable.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.platform.conversion import DEFAULT_ROUTES, parse_routes
 
 ENV_PREFIX = "TESTAMENT_"
 
@@ -54,6 +57,7 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
+    s3_create_bucket: bool = Field(default=False, description="Create the bucket at start if missing.")
 
     # --- processes and ports ------------------------------------------------------
     data_dir: Path = Path(".data")
@@ -84,6 +88,15 @@ class Settings(BaseSettings):
     build_revision: str = ""
     ingest_body_max_bytes: int | None = Field(default=None, ge=1)
     trusted_principal_source: bool = False
+    conversion_routes: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_ROUTES),
+        description="JSON map MIME type -> converter; replaces the defaults.",
+    )
+
+    @field_validator("conversion_routes")
+    @classmethod
+    def _known_converters(cls, value: dict[str, str]) -> dict[str, str]:
+        return parse_routes(json.dumps(value))
 
     @field_validator("database_url")
     @classmethod
@@ -109,6 +122,11 @@ class Settings(BaseSettings):
     @property
     def objects_root(self) -> Path:
         return self.objects_dir or (self.data_dir / "objects")
+
+    @property
+    def spool_root(self) -> Path:
+        """Where uploads are staged while their hash is computed (same disk as objects)."""
+        return self.data_dir / "spool"
 
 
 def _variable_name(loc: tuple[object, ...]) -> str:

@@ -26,8 +26,7 @@ from tests.support import REPO, run_service, service_env
 
 # service -> (its full name, a stub factory, an RPC the service does not implement yet)
 SERVICES = {
-    "ingest": ("testament.ingest.v1.IngestService", ingest_pb2_grpc.IngestServiceStub,
-               "ListDocuments", ingest_pb2.ListDocumentsRequest()),
+    "ingest": ("testament.ingest.v1.IngestService", ingest_pb2_grpc.IngestServiceStub, None, None),
     "pipeline": ("testament.pipeline.v1.PipelineService", pipeline_pb2_grpc.PipelineServiceStub,
                  "ListDeadLetters", pipeline_pb2.ListDeadLettersRequest()),
     "retrieval": ("testament.retrieval.v1.RetrievalService", retrieval_pb2_grpc.RetrievalServiceStub,
@@ -61,10 +60,11 @@ def test_each_service_is_its_own_healthy_process(name: str, dsn: str, tmp: Path)
         assert full_name in listed
         assert "testament.common.v1.DeploymentService" in listed
 
-        with pytest.raises(grpc.RpcError) as info:
-            getattr(stub_factory(channel), unbuilt)(request, timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "not implemented" in info.value.details()
+        if unbuilt is not None:
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(stub_factory(channel), unbuilt)(request, timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert "not implemented" in info.value.details()
 
         deployment = deployment_pb2_grpc.DeploymentServiceStub(channel)
         assert deployment.CheckHealth(deployment_pb2.CheckHealthRequest(), timeout=5).status == "ok"
@@ -83,10 +83,10 @@ def test_keys_and_scopes_are_enforced_by_the_contract(fresh_dsn: str, tmp: Path)
     with run_service("ingest", fresh_dsn, tmp) as svc, grpc.insecure_channel(svc.address) as channel:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         delete = ingest_pb2.DeleteDocumentRequest(doc_id="00000000-0000-0000-0000-000000000001")
-        # No key exists yet: the stack is open, so the call reaches the (unbuilt) RPC.
+        # No key exists yet: the stack is open, so the call reaches the RPC itself.
         with pytest.raises(grpc.RpcError) as info:
             stub.DeleteDocument(delete, timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
         read_key = asyncio.run(_issue(fresh_dsn, Scope.READ))
         write_key = asyncio.run(_issue(fresh_dsn, Scope.WRITE))
@@ -104,7 +104,7 @@ def test_keys_and_scopes_are_enforced_by_the_contract(fresh_dsn: str, tmp: Path)
              "credential may not perform this operation"),
             (f"Bearer {ingest_key}", grpc.StatusCode.PERMISSION_DENIED,
              "credential may not perform this operation"),
-            (f"Bearer {write_key}", grpc.StatusCode.UNIMPLEMENTED, "not implemented"),
+            (f"Bearer {write_key}", grpc.StatusCode.NOT_FOUND, "document_not_found"),
         ]
         for header, code, text in cases:
             metadata = [("authorization", header)] if header else []
@@ -115,9 +115,8 @@ def test_keys_and_scopes_are_enforced_by_the_contract(fresh_dsn: str, tmp: Path)
 
         # read covers reads; ingest cannot read; health needs no key at all.
         listing = ingest_pb2.ListDocumentsRequest()
-        with pytest.raises(grpc.RpcError) as info:
-            stub.ListDocuments(listing, metadata=[("authorization", f"Bearer {read_key}")], timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        page = stub.ListDocuments(listing, metadata=[("authorization", f"Bearer {read_key}")], timeout=5)
+        assert list(page.documents) == []
         with pytest.raises(grpc.RpcError) as info:
             stub.ListDocuments(listing, metadata=[("authorization", f"Bearer {ingest_key}")], timeout=5)
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED

