@@ -52,7 +52,8 @@ async def run() -> list[Row]:
 
             async def upload(body: bytes | None, name: str, chunks: int = 0) -> None:
                 async def stream():
-                    yield ingest_pb2.UploadRequest(options=ingest_pb2.UploadOptions(filename=name, mime="text/markdown"))
+                    options = ingest_pb2.UploadOptions(filename=name, mime="text/markdown")
+                    yield ingest_pb2.UploadRequest(options=options)
                     if body is not None:
                         yield ingest_pb2.UploadRequest(chunk=body)
                     for _ in range(chunks):
