@@ -4,6 +4,7 @@
     testament migrate                                       apply pending migrations
     testament serve SERVICE                                 one service process
     testament keys create --scope read|ingest|write [--principal P ...] [--trusted]
+    testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
 """
 
 from __future__ import annotations
@@ -86,6 +87,52 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ops(args: argparse.Namespace) -> int:
+    """Operator commands read and change the queue directly in PostgreSQL (like `remember ops`)."""
+    import datetime as dt
+    import uuid
+
+    from services.pipeline.adapters.queue import PgQueue
+    from services.platform.db import Database
+
+    async def run() -> dict[str, object]:
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=2)
+        settings = load_settings()
+        queue = PgQueue(db, owner="testament-ops", lease_s=settings.worker_lease_s,
+                        backoff_base_s=settings.work_retry_backoff_base_s,
+                        backoff_max_s=settings.work_retry_backoff_max_s, max_attempts=settings.work_max_attempts)
+        try:
+            if args.ops_command == "dead-letters":
+                rows = await db.fetch(
+                    """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.unit_key, w.attempts, w.error_class,
+                              w.last_error, w.updated_at
+                         FROM work_units w JOIN document_versions v USING (version_id)
+                        WHERE w.status = 'dead_letter' ORDER BY w.updated_at DESC LIMIT $1""", args.limit)
+                total = await db.fetchval("SELECT count(*) FROM work_units WHERE status = 'dead_letter'")
+                return {"total": total, "items": [{k: (str(v) if isinstance(v, uuid.UUID | dt.datetime) else v)
+                                                   for k, v in dict(r).items()} for r in rows]}
+            if args.ops_command == "replay":
+                not_before = dt.datetime.fromisoformat(args.not_before) if args.not_before else None
+                row = await queue.replay(uuid.UUID(args.work_id), attempts=args.attempts, not_before=not_before,
+                                         space_id=None)
+                if row is None:
+                    raise SystemExit(f"testament ops replay: no dead-lettered work unit {args.work_id}")
+                return {"work_id": str(row["work_id"]), "stage": row["stage"], "max_attempts": row["max_attempts"],
+                        "not_before": row["not_before"].isoformat()}
+            if args.ops_command == "resume-no-route":
+                released = await queue.resume_no_route(set(settings.conversion_routes), None)
+                return {"released": [str(v) for v in released]}
+            rows = await db.fetch(
+                """SELECT stage, status, coalesce(defer_reason, '') AS defer_reason, count(*) AS n
+                     FROM work_units GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
+            return {"routes": [dict(r) for r in rows]}
+        finally:
+            await db.close()
+
+    print(json.dumps(asyncio.run(run())))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +157,18 @@ def main(argv: list[str] | None = None) -> None:
     p_create.add_argument("--trusted", action="store_true", help="sees every document of the space")
     p_create.add_argument("--label", default="")
     p_create.set_defaults(func=_cmd_keys_create)
+
+    p_ops = sub.add_parser("ops", help="operate the work queue (reads PostgreSQL directly)")
+    ops_sub = p_ops.add_subparsers(dest="ops_command", required=True)
+    p_dead = ops_sub.add_parser("dead-letters", help="list dead-lettered work")
+    p_dead.add_argument("--limit", type=int, default=20)
+    p_replay = ops_sub.add_parser("replay", help="replay one dead-lettered unit")
+    p_replay.add_argument("work_id")
+    p_replay.add_argument("--attempts", type=int, default=None)
+    p_replay.add_argument("--not-before", default=None, help="ISO 8601 instant")
+    ops_sub.add_parser("resume-no-route", help="release parked work whose MIME type now has a route")
+    ops_sub.add_parser("inspect", help="queue counts by stage, status and defer reason")
+    p_ops.set_defaults(func=_cmd_ops)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

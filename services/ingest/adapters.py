@@ -36,13 +36,25 @@ class DeletionHook(Protocol):
                        version_ids: Sequence[uuid.UUID]) -> tuple[int, int, int]: ...
 
 
-async def nothing_derived(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
-                          version_ids: Sequence[uuid.UUID]) -> tuple[int, int, int]:
-    return 0, 0, 0
+async def retire_claims(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
+                        version_ids: Sequence[uuid.UUID]) -> tuple[int, int, int]:
+    """The document's claims stop being current testimony (``version_deleted``); they stay
+    as history. Facts they alone supported are retracted by the facts hook (Pipeline part 2)."""
+    rows = await conn.fetch(
+        """UPDATE claims SET is_current_testimony = false
+            WHERE doc_id = $1 AND is_current_testimony RETURNING claim_id, version_id""", doc_id)
+    if rows:
+        reconciliation = uuid.uuid4()
+        await conn.executemany(
+            """INSERT INTO testimony_currency_events (space_id, claim_id, doc_id, reconciliation_id, became_current,
+                                                      reason, from_version_id)
+               VALUES ($1, $2, $3, $4, false, 'version_deleted', $5)""",
+            [(space_id, r["claim_id"], doc_id, reconciliation, r["version_id"]) for r in rows])
+    return len(rows), 0, 0
 
 
 class PgIngestRepository:
-    def __init__(self, db: Database, *, deletion_hooks: Sequence[DeletionHook] = (nothing_derived,)) -> None:
+    def __init__(self, db: Database, *, deletion_hooks: Sequence[DeletionHook] = (retire_claims,)) -> None:
         self.db = db
         self.deletion_hooks = list(deletion_hooks)
 
@@ -94,12 +106,13 @@ class PgIngestRepository:
             attribution = command.attribution
             version_id = await conn.fetchval(
                 """INSERT INTO document_versions (doc_id, space_id, version_no, content_hash, source_version_ref,
-                                                  source_modified_at, principal_kind, principal_ref)
-                   SELECT $1, $2, coalesce(max(version_no), 0) + 1, $3, $4, $5, $6, $7
+                                                  source_modified_at, principal_kind, principal_ref, filename)
+                   SELECT $1, $2, coalesce(max(version_no), 0) + 1, $3, $4, $5, $6, $7, $8
                      FROM document_versions WHERE doc_id = $1
                    RETURNING version_id""",
                 doc_id, space, content_hash, command.source_version_ref, command.source_modified_at,
                 attribution.kind if attribution else None, attribution.ref if attribution else None,
+                command.filename,
             )
             await conn.execute(
                 """INSERT INTO work_units (space_id, version_id, stage, component_version, defer_reason)

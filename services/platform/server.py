@@ -53,6 +53,9 @@ class Servicer:
     not_built: str = "not built yet"
 
 
+Background = Callable[[asyncio.Event], Awaitable[None]]
+
+
 @dataclass
 class ServiceSpec:
     name: str
@@ -60,6 +63,9 @@ class ServiceSpec:
     servicers: list[Servicer]
     authenticator: Authenticator | None
     closers: list[Closer] = field(default_factory=list)
+    # Long-running tasks (the pipeline's workers): started after the server, told to stop
+    # on SIGTERM and given the grace period to finish what they hold.
+    background: list[Background] = field(default_factory=list)
 
 
 def _unimplemented(method: MethodDescriptor, note: str) -> Callable[..., Any]:
@@ -154,11 +160,16 @@ async def serve(settings: Settings, spec: ServiceSpec, *, ready: Callable[[int],
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(task(stop)) for task in spec.background]
     await stop.wait()
 
-    # Drain: advertise NOT_SERVING, refuse new calls, let in-flight calls finish.
+    # Drain: advertise NOT_SERVING, refuse new calls, let in-flight calls and work finish.
     await health_servicer.enter_graceful_shutdown()
     await server.stop(settings.shutdown_grace_s)
+    if tasks:
+        _, late = await asyncio.wait(tasks, timeout=settings.shutdown_grace_s)
+        for task in late:  # their units' leases expire and another worker runs them again
+            task.cancel()
     for close in reversed(spec.closers):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(close(), timeout=5.0)

@@ -93,6 +93,24 @@ class Settings(BaseSettings):
         description="JSON map MIME type -> converter; replaces the defaults.",
     )
 
+    # --- pipeline -----------------------------------------------------------------
+    worker_concurrency: int = Field(default=4, ge=1, le=64, description="Units run at once per pipeline process.")
+    worker_lease_s: float = Field(default=60.0, ge=1, le=3600)
+    worker_poll_s: float = Field(default=5.0, gt=0, le=300, description="Fallback poll when no NOTIFY arrives.")
+    work_retry_backoff_base_s: float = Field(default=2.0, ge=0, le=600)
+    work_retry_backoff_max_s: float = Field(default=60.0, ge=0, le=86400)
+    work_max_attempts: int = Field(default=3, ge=1, le=100)
+    chunk_token_budget: int = Field(default=400, ge=32, le=8192)
+    embedding_provider: Literal["hash", "sentence-transformers", "openai"] = "hash"
+    embedding_dimension: int = Field(default=384, ge=8, le=4096)
+    embed_batch_size: int = Field(default=64, ge=1, le=2048)
+    claims_provider: Literal["rules", "openai"] = "rules"
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key: str | None = None
+    openai_embedding_model: str = "text-embedding-3-small"
+    openai_chat_model: str = "gpt-4o-mini"
+    openai_timeout_s: float = Field(default=60.0, gt=0, le=600)
+
     @field_validator("conversion_routes")
     @classmethod
     def _known_converters(cls, value: dict[str, str]) -> dict[str, str]:

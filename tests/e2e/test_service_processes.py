@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
 from testament.graph.v1 import graph_pb2, graph_pb2_grpc
 from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
-from testament.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
+from testament.pipeline.v1 import pipeline_pb2_grpc
 from testament.queryspace.v1 import queryspace_pb2, queryspace_pb2_grpc
 from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
@@ -27,8 +27,7 @@ from tests.support import REPO, run_service, service_env
 # service -> (its full name, a stub factory, an RPC the service does not implement yet)
 SERVICES = {
     "ingest": ("testament.ingest.v1.IngestService", ingest_pb2_grpc.IngestServiceStub, None, None),
-    "pipeline": ("testament.pipeline.v1.PipelineService", pipeline_pb2_grpc.PipelineServiceStub,
-                 "ListDeadLetters", pipeline_pb2.ListDeadLettersRequest()),
+    "pipeline": ("testament.pipeline.v1.PipelineService", pipeline_pb2_grpc.PipelineServiceStub, None, None),
     "retrieval": ("testament.retrieval.v1.RetrievalService", retrieval_pb2_grpc.RetrievalServiceStub,
                   "ListOperations", retrieval_pb2.ListOperationsRequest()),
     "graph": ("testament.graph.v1.GraphService", graph_pb2_grpc.GraphServiceStub,

@@ -737,6 +737,7 @@ def chunk(
             # A heading always takes the next block with it.
             least = run_start + 1 if blocks[run_start].kind == "heading" and run_start < end else run_start
             run_end = _longest_fit(partial(tokens_of, run_start), least, end, token_budget)
+            run_end = _natural_cut(blocks, least, run_end)
             emit(sec, header, run_start, run_end)
             run_start = run_end + 1
     return chunks
@@ -772,31 +773,40 @@ def _longest_fit(tokens_to: Callable[[int], int], least: int, most: int, budget:
 # --------------------------------------------------------------------------- reuse
 
 
+# A block whose normalised-text hash falls in 1/BOUNDARY_EVERY of the hash space ends a
+# chunk even when more would fit. Cut points then depend on content, not on position:
+# editing one paragraph moves at most the boundaries around it, so every other chunk of
+# a new version keeps its text, its hash, and with them its vectors and claims.
+BOUNDARY_EVERY = 4
+
+
+def _is_natural_boundary(block: Block) -> bool:
+    return block.kind != "heading" and int(normalized_hash(block.text)[:8], 16) % BOUNDARY_EVERY == 0
+
+
+def _natural_cut(blocks: Sequence[Block], least: int, fitted_end: int) -> int:
+    for k in range(least, fitted_end):
+        if _is_natural_boundary(blocks[k]):
+            return k
+    return fitted_end
+
+
 def reuse_plan(old_chunks: Sequence[tuple[str, str]], new_chunks: Sequence[Chunk]) -> list[int | None]:
     """For each new chunk, the index into ``old_chunks`` whose work it can reuse, or None.
 
     ``old_chunks`` are the previous version's ``(chunk_id, content_hash)`` pairs in
-    ordinal order. A passage keeps its claims only if its text AND its neighbours are
-    unchanged: new chunk ``i`` reuses old chunk ``j`` when their hashes are equal and so
-    are the hashes of their previous and next chunks (no neighbour on both sides counts
-    as equal). Each old chunk is reused at most once; among equal candidates the
-    earliest unused one is taken. Editing one chunk therefore invalidates that chunk
-    and its two neighbours, and nothing else.
+    ordinal order. A chunk is reused when its normalised text is unchanged: extraction
+    reads a passage on its own (plus document-level context such as the said-on date), so
+    an unchanged passage yields the same claims. Each old chunk is reused at most once,
+    the earliest unused one first. With content-defined cut points (see
+    :data:`BOUNDARY_EVERY`) editing one paragraph re-processes only the chunk holding it,
+    and at most its neighbours when the edit moves a cut point.
     """
-
-    def key(hashes: Sequence[str], i: int) -> tuple[str | None, str, str | None]:
-        prev = hashes[i - 1] if i > 0 else None
-        nxt = hashes[i + 1] if i + 1 < len(hashes) else None
-        return prev, hashes[i], nxt
-
-    old_hashes = [h for _, h in old_chunks]
-    candidates: defaultdict[tuple[str | None, str, str | None], deque[int]] = defaultdict(deque)
-    for j in range(len(old_hashes)):
-        candidates[key(old_hashes, j)].append(j)
-
-    new_hashes = [c.content_hash for c in new_chunks]
+    candidates: defaultdict[str, deque[int]] = defaultdict(deque)
+    for j, (_, content_hash) in enumerate(old_chunks):
+        candidates[content_hash].append(j)
     plan: list[int | None] = []
-    for i in range(len(new_hashes)):
-        queue = candidates.get(key(new_hashes, i))
+    for chunk_ in new_chunks:
+        queue = candidates.get(chunk_.content_hash)
         plan.append(queue.popleft() if queue else None)
     return plan

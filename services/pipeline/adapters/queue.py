@@ -1,0 +1,246 @@
+"""The durable work queue in PostgreSQL.
+
+Claiming takes ready rows with ``FOR UPDATE SKIP LOCKED`` (several workers never take
+the same unit) and gives each a lease. A unit whose lease expired (its worker died) is
+claimable again. A stage's output, the unit's success and the queuing of what comes
+next are one transaction that first checks the lease is still ours, so a unit's effects
+happen exactly once even when it runs more than once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from services.pipeline.domain.work import (
+    FAILURE_SENTENCES,
+    PER_CHUNK,
+    Unit,
+    backoff_s,
+    successors,
+)
+from services.platform.db import Database
+from services.platform.stages import COMPONENT_VERSION
+
+CHANNEL = "testament_work"
+
+
+class LeaseLost(Exception):
+    """Our lease expired and another worker took the unit: our results are discarded."""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    work_id: uuid.UUID
+    space_id: uuid.UUID
+    version_id: uuid.UUID
+    stage: str
+    unit_key: str
+    attempts: int
+    max_attempts: int
+
+
+class PgQueue:
+    def __init__(self, db: Database, *, owner: str, lease_s: float, backoff_base_s: float, backoff_max_s: float,
+                 max_attempts: int) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease_s = lease_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.max_attempts = max_attempts
+
+    async def claim(self, limit: int) -> list[Claimed]:
+        rows = await self.db.fetch(
+            """WITH next AS (
+                   SELECT work_id FROM work_units
+                    WHERE ((status IN ('pending', 'failed') AND defer_reason IS DISTINCT FROM 'no_route'
+                            AND not_before <= clock_timestamp())
+                        OR (status = 'running' AND lease_expires_at < clock_timestamp()))
+                    ORDER BY not_before, created_at
+                    LIMIT $1
+                    FOR UPDATE SKIP LOCKED)
+               UPDATE work_units w
+                  SET status = 'running', attempts = w.attempts + 1, lease_owner = $2,
+                      lease_expires_at = clock_timestamp() + make_interval(secs => $3),
+                      defer_reason = NULL, updated_at = clock_timestamp()
+                 FROM next WHERE w.work_id = next.work_id
+             RETURNING w.work_id, w.space_id, w.version_id, w.stage, w.unit_key, w.attempts, w.max_attempts""",
+            limit, self.owner, self.lease_s,
+        )
+        claimed = [Claimed(**dict(r)) for r in rows]
+        converting = [c.version_id for c in claimed if c.stage == "convert"]
+        if converting:
+            await self.db.execute(
+                "UPDATE document_versions SET status = 'converting' WHERE version_id = ANY($1::uuid[]) "
+                "AND status = 'ingesting'", converting)
+        return claimed
+
+    async def renew(self, unit: Claimed) -> bool:
+        result = await self.db.execute(
+            """UPDATE work_units SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
+                WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'""",
+            unit.work_id, self.owner, self.lease_s,
+        )
+        return result.endswith(" 1")
+
+    async def complete(self, unit: Claimed, write: Callable[[asyncpg.Connection], Awaitable[Any]] | None = None,
+                       *, skipped_note: str | None = None) -> None:
+        """Run the stage's writes, mark the unit done and queue its successors, atomically."""
+        async with self.db.transaction() as conn:
+            # The version row serialises completions of one version (fan-in sees every unit).
+            await conn.execute("SELECT 1 FROM document_versions WHERE version_id = $1 FOR UPDATE", unit.version_id)
+            mine = await conn.fetchval(
+                """SELECT 1 FROM work_units WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'
+                   FOR UPDATE""", unit.work_id, self.owner)
+            if mine is None:
+                raise LeaseLost(f"lease on {unit.stage}/{unit.unit_key} was lost")
+            if write is not None:
+                await write(conn)
+            await conn.execute(
+                """UPDATE work_units SET status = $2, finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                         lease_owner = NULL, lease_expires_at = NULL, last_error = $3
+                    WHERE work_id = $1""",
+                unit.work_id, "skipped" if skipped_note else "succeeded", skipped_note,
+            )
+            await self._queue_successors(conn, unit)
+
+    async def _queue_successors(self, conn: asyncpg.Connection, unit: Claimed) -> None:
+        ordinals: list[int] = []
+        stage_done = True
+        if unit.stage == "embed_chunk":
+            ordinals = [r["ordinal"] for r in await conn.fetch(
+                "SELECT ordinal FROM chunks WHERE version_id = $1 ORDER BY ordinal", unit.version_id)]
+        if unit.stage == "ground_claims":
+            row = await conn.fetchrow(
+                """SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'skipped')) AS open,
+                          count(*) FILTER (WHERE stage = 'extract_claims') AS extracted,
+                          count(*) FILTER (WHERE stage = 'ground_claims') AS grounded
+                     FROM work_units WHERE version_id = $1 AND stage = ANY($2::text[])""",
+                unit.version_id, list(PER_CHUNK))
+            stage_done = row["open"] == 0 and row["extracted"] == row["grounded"]
+        nxt = successors(unit.stage, unit.unit_key, chunk_ordinals=ordinals, stage_done=stage_done)
+        if nxt:
+            await self.enqueue(conn, unit.space_id, unit.version_id, nxt)
+        if unit.stage == "convert":
+            await conn.execute("UPDATE document_versions SET status = 'structuring' WHERE version_id = $1 "
+                               "AND status IN ('ingesting', 'converting')", unit.version_id)
+        elif unit.stage == "structure":
+            await conn.execute("UPDATE document_versions SET status = 'ready', failure_reason = NULL, error = NULL "
+                               "WHERE version_id = $1 AND status <> 'deleted'", unit.version_id)
+
+    async def enqueue(self, conn: asyncpg.Connection, space_id: uuid.UUID, version_id: uuid.UUID,
+                      units: list[Unit]) -> None:
+        await conn.executemany(
+            """INSERT INTO work_units (space_id, version_id, stage, unit_key, component_version, max_attempts)
+               VALUES ($1, $2, $3, $4, $5, $6)
+               ON CONFLICT (version_id, stage, unit_key, component_version) DO NOTHING""",
+            [(space_id, version_id, u.stage, u.unit_key, COMPONENT_VERSION[u.stage], self.max_attempts)
+             for u in units],
+        )
+
+    async def park(self, unit: Claimed, reason: str) -> None:
+        """Back to pending with a defer reason; parking spends no attempt."""
+        await self.db.execute(
+            """UPDATE work_units SET status = 'pending', defer_reason = $3, attempts = greatest(attempts - 1, 0),
+                                     lease_owner = NULL, lease_expires_at = NULL, updated_at = clock_timestamp()
+                WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'""",
+            unit.work_id, self.owner, reason)
+
+    async def fail(self, unit: Claimed, *, reason: str, error: str, permanent: bool,
+                   retry_after_s: float | None = None) -> str:
+        """Back off and retry, or dead-letter (permanent, or attempts exhausted). Returns the outcome."""
+        dead = permanent or unit.attempts >= unit.max_attempts
+        delay = retry_after_s if retry_after_s is not None else backoff_s(
+            unit.attempts, base_s=self.backoff_base_s, max_s=self.backoff_max_s)
+        async with self.db.transaction() as conn:
+            result = await conn.execute(
+                """UPDATE work_units
+                      SET status = $3, last_error = $4, error_class = $5, lease_owner = NULL, lease_expires_at = NULL,
+                          not_before = CASE WHEN $3 = 'failed' THEN clock_timestamp() + make_interval(secs => $6)
+                                            ELSE not_before END,
+                          updated_at = clock_timestamp()
+                    WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'""",
+                unit.work_id, self.owner, "dead_letter" if dead else "failed", error[:4000], reason, delay,
+            )
+            if not result.endswith(" 1"):
+                raise LeaseLost("lease lost before the failure was recorded")
+            if dead:
+                await conn.execute(
+                    """UPDATE document_versions SET status = 'failed', failure_reason = $2, error = $3
+                        WHERE version_id = $1 AND status <> 'deleted'""",
+                    unit.version_id, reason, FAILURE_SENTENCES[reason],
+                )
+        return "dead_lettered" if dead else "retry_scheduled"
+
+    # --- operators -------------------------------------------------------------------
+
+    async def replay(self, work_id: uuid.UUID, *, attempts: int | None, not_before: dt.datetime | None,
+                     space_id: uuid.UUID | None) -> asyncpg.Record | None:
+        async with self.db.transaction() as conn:
+            row = await conn.fetchrow(
+                """UPDATE work_units
+                      SET status = 'pending', attempts = 0, max_attempts = coalesce($2, max_attempts),
+                          not_before = coalesce($3, clock_timestamp()), last_error = NULL, error_class = NULL,
+                          finished_at = NULL, updated_at = clock_timestamp()
+                    WHERE work_id = $1 AND status = 'dead_letter' AND ($4::uuid IS NULL OR space_id = $4)
+                RETURNING work_id, version_id, stage, unit_key, max_attempts, not_before""",
+                work_id, attempts, not_before, space_id,
+            )
+            if row is not None:
+                # The version is no longer failed: it is processing again.
+                await conn.execute(
+                    """UPDATE document_versions v
+                          SET status = CASE WHEN EXISTS (SELECT 1 FROM work_units s WHERE s.version_id = v.version_id
+                                                           AND s.stage = 'structure' AND s.status = 'succeeded')
+                                            THEN 'ready' ELSE 'ingesting' END,
+                              failure_reason = NULL, error = NULL
+                        WHERE version_id = $1 AND status = 'failed'""", row["version_id"])
+            return row
+
+    async def resume_no_route(self, routes: set[str], space_id: uuid.UUID | None) -> list[uuid.UUID]:
+        rows = await self.db.fetch(
+            """UPDATE work_units w SET defer_reason = NULL, not_before = clock_timestamp(),
+                                       updated_at = clock_timestamp()
+                 FROM document_versions v
+                 JOIN content_objects c ON c.space_id = v.space_id AND c.content_hash = v.content_hash
+                WHERE w.version_id = v.version_id AND w.defer_reason = 'no_route' AND w.status = 'pending'
+                  AND c.mime = ANY($1::text[]) AND ($2::uuid IS NULL OR w.space_id = $2)
+            RETURNING w.version_id""",
+            sorted(routes), space_id,
+        )
+        return [r["version_id"] for r in rows]
+
+
+class Wakeup:
+    """LISTEN for new work on a dedicated connection; callers also poll as a fallback."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: asyncpg.Connection | None = None
+        self.event = asyncio.Event()
+
+    async def start(self) -> None:
+        try:
+            self._conn = await asyncpg.connect(self._dsn, timeout=10)
+            await self._conn.add_listener(CHANNEL, lambda *_: self.event.set())
+        except (OSError, asyncpg.PostgresError):
+            self._conn = None  # polling still finds the work
+
+    async def wait(self, timeout_s: float) -> None:
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), timeout_s)
+        self.event.clear()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            with suppress(Exception):
+                await self._conn.close(timeout=5)
+            self._conn = None

@@ -1,0 +1,168 @@
+"""PipelineService servicer: dead letters, replay, parked work, queue counts, cost receipts.
+
+Every operation is confined to the caller's space.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import grpc
+from testament.common.v1 import stage_pb2
+from testament.pipeline.v1 import pipeline_pb2
+
+from services.ingest.api import timestamp
+from services.ingest.domain import parse_uuid
+from services.pipeline.adapters.queue import PgQueue
+from services.platform.auth import require_caller
+from services.platform.db import Database
+from services.platform.errors import BadRequest, FieldViolation, NotFound, ValidationFailed
+
+_STATUS = {"pending": stage_pb2.STAGE_STATUS_PENDING, "running": stage_pb2.STAGE_STATUS_RUNNING,
+           "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED, "failed": stage_pb2.STAGE_STATUS_FAILED,
+           "dead_letter": stage_pb2.STAGE_STATUS_DEAD_LETTER, "skipped": stage_pb2.STAGE_STATUS_SKIPPED}
+_DEFER = {"scheduled": stage_pb2.DEFER_REASON_SCHEDULED, "retry_backoff": stage_pb2.DEFER_REASON_RETRY_BACKOFF,
+          "budget": stage_pb2.DEFER_REASON_BUDGET, "no_route": stage_pb2.DEFER_REASON_NO_ROUTE}
+
+
+def _limit(value: int | None, default: int, top: int) -> int:
+    if value is None:
+        return default
+    if not 1 <= value <= top:
+        raise ValidationFailed([FieldViolation("limit", f"Input should be between 1 and {top}", "value_error", value)])
+    return value
+
+
+def _cursor(raw: str | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        return dict(json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))))
+    except (ValueError, TypeError):
+        raise BadRequest("malformed cursor", reason="CURSOR_MALFORMED") from None
+
+
+def _encode(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data, default=str).encode()).decode().rstrip("=")
+
+
+class PipelineServicer:
+    def __init__(self, db: Database, queue: PgQueue, routes: set[str]) -> None:
+        self.db = db
+        self.queue = queue
+        self.routes = routes
+
+    async def ListDeadLetters(self, request: pipeline_pb2.ListDeadLettersRequest,
+                              context: grpc.aio.ServicerContext) -> pipeline_pb2.ListDeadLettersResponse:
+        caller = require_caller()
+        limit = _limit(request.limit if request.HasField("limit") else None, 20, 500)
+        after = _cursor(request.cursor if request.HasField("cursor") else None)
+        version = parse_uuid("version_id", request.version_id) if request.HasField("version_id") else None
+        rows = await self.db.fetch(
+            """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.component_version, w.attempts, w.last_error,
+                      w.updated_at
+                 FROM work_units w JOIN document_versions v USING (version_id)
+                WHERE w.space_id = $1 AND w.status = 'dead_letter'
+                  AND ($2::text IS NULL OR w.stage = $2) AND ($3::uuid IS NULL OR w.version_id = $3)
+                  AND ($4::timestamptz IS NULL OR (w.updated_at, w.work_id) < ($4, $5::uuid))
+                ORDER BY w.updated_at DESC, w.work_id DESC LIMIT $6""",
+            caller.space_id, request.stage if request.HasField("stage") else None, version,
+            dt.datetime.fromisoformat(after["t"]) if after else None, uuid.UUID(after["i"]) if after else None,
+            limit + 1,
+        )
+        reply = pipeline_pb2.ListDeadLettersResponse()
+        for r in rows[:limit]:
+            item = reply.dead_letters.add(work_unit_id=str(r["work_id"]), doc_id=str(r["doc_id"]),
+                                          version_id=str(r["version_id"]), stage=r["stage"],
+                                          component_version=r["component_version"], attempts=r["attempts"])
+            if r["last_error"] is not None:
+                item.last_error = r["last_error"]
+            item.dead_lettered_at.CopyFrom(timestamp(r["updated_at"]))
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            reply.cursor = _encode({"t": last["updated_at"].isoformat(), "i": str(last["work_id"])})
+        return reply
+
+    async def ReplayDeadLetter(self, request: pipeline_pb2.ReplayDeadLetterRequest,
+                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ReplayDeadLetterResponse:
+        caller = require_caller()
+        work_id = parse_uuid("work_unit_id", request.work_unit_id)
+        attempts = request.attempts if request.HasField("attempts") else None
+        if attempts is not None and attempts < 1:
+            raise ValidationFailed([FieldViolation("attempts", "Input should be at least 1", "greater_than_equal",
+                                                   attempts, {"ge": 1})])
+        not_before = request.not_before.ToDatetime(dt.UTC) if request.HasField("not_before") else None
+        row = await self.queue.replay(work_id, attempts=attempts, not_before=not_before, space_id=caller.space_id)
+        if row is None:
+            raise NotFound("no dead-lettered work unit with that id", reason="DEAD_LETTER_NOT_FOUND")
+        return pipeline_pb2.ReplayDeadLetterResponse(work_unit_id=str(row["work_id"]),
+                                                     status=stage_pb2.STAGE_STATUS_PENDING,
+                                                     attempts=row["max_attempts"],
+                                                     not_before=timestamp(row["not_before"]))
+
+    async def ResumeNoRoute(self, request: pipeline_pb2.ResumeNoRouteRequest,
+                            context: grpc.aio.ServicerContext) -> pipeline_pb2.ResumeNoRouteResponse:
+        caller = require_caller()
+        routes = self.routes if not request.HasField("mime") else self.routes & {request.mime}
+        released = await self.queue.resume_no_route(routes, caller.space_id)
+        return pipeline_pb2.ResumeNoRouteResponse(released_version_ids=[str(v) for v in released])
+
+    async def InspectQueue(self, request: pipeline_pb2.InspectQueueRequest,
+                           context: grpc.aio.ServicerContext) -> pipeline_pb2.InspectQueueResponse:
+        caller = require_caller()
+        rows = await self.db.fetch(
+            """SELECT stage, status, defer_reason, count(*) AS n, min(created_at) AS oldest FROM work_units
+                WHERE space_id = $1 AND (cardinality($2::text[]) = 0 OR stage = ANY($2::text[]))
+                GROUP BY stage, status, defer_reason ORDER BY stage, status, defer_reason""",
+            caller.space_id, list(request.stages),
+        )
+        reply = pipeline_pb2.InspectQueueResponse(observed_at=timestamp(dt.datetime.now(dt.UTC)))
+        for r in rows:
+            item = reply.counts.add(stage=r["stage"], status=_STATUS[r["status"]], count=r["n"],
+                                    oldest_created_at=timestamp(r["oldest"]))
+            if r["defer_reason"] is not None:
+                item.defer_reason = _DEFER[r["defer_reason"]]
+        return reply
+
+    async def ListCostReceipts(self, request: pipeline_pb2.ListCostReceiptsRequest,
+                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ListCostReceiptsResponse:
+        caller = require_caller()
+        limit = _limit(request.limit if request.HasField("limit") else None, 100, 500)
+        after = _cursor(request.cursor if request.HasField("cursor") else None)
+        now = dt.datetime.now(dt.UTC)
+        horizon = now - dt.timedelta(seconds=60)  # receipts younger than this may still be arriving
+        rows = await self.db.fetch(
+            """SELECT call_id, work_id, stage, attempt, provider, model, tokens_in, tokens_out, latency_ms, outcome,
+                      occurred_at
+                 FROM provider_calls
+                WHERE space_id = $1 AND occurred_at <= $2
+                  AND ($3::timestamptz IS NULL OR (occurred_at, call_id) > ($3, $4::uuid))
+                ORDER BY occurred_at, call_id LIMIT $5""",
+            caller.space_id, horizon, dt.datetime.fromisoformat(after["t"]) if after else None,
+            uuid.UUID(after["i"]) if after else None, limit + 1,
+        )
+        reply = pipeline_pb2.ListCostReceiptsResponse(
+            contract="rememberstack.cost_export.v1", deployment_id=str(caller.space_id),
+            server_time=timestamp(now), horizon=timestamp(horizon))
+        if request.HasField("cursor"):
+            reply.cursor = request.cursor
+        for r in rows[:limit]:
+            item = reply.receipts.add(cost_id=str(r["call_id"]), deployment_id=str(caller.space_id),
+                                      source=pipeline_pb2.COST_SOURCE_WORKER,
+                                      work_id=str(r["work_id"]) if r["work_id"] else "",
+                                      call_key=f"{r['provider']}:{r['call_id']}", outcome=r["outcome"],
+                                      occurred_at=timestamp(r["occurred_at"]))
+            for name, value in (("stage", r["stage"]), ("attempt", r["attempt"]), ("model_name", r["model"]),
+                                ("tokens_in", r["tokens_in"]), ("tokens_out", r["tokens_out"])):
+                if value is not None:
+                    setattr(item, name, value)
+            if r["latency_ms"] is not None:
+                item.latency_ms = int(r["latency_ms"])
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            reply.next_cursor = _encode({"t": last["occurred_at"].isoformat(), "i": str(last["call_id"])})
+        return reply

@@ -1,0 +1,338 @@
+"""Pipeline use cases: what each stage does, and the worker that runs claimed units.
+
+A stage reads its inputs, does its work (conversion, parsing, model calls) outside any
+transaction, and returns the writes to commit; the queue commits them together with the
+unit's success and what comes next. Adapters are injected; nothing here imports a driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
+from services.pipeline.domain.grounding import ground
+from services.pipeline.domain.structure import build_sections, chunk, parse_blocks, reuse_plan
+from services.pipeline.domain.work import NOT_BUILT_NOTE, NOT_BUILT_STAGES, StageFailure
+from services.platform import telemetry
+
+if TYPE_CHECKING:
+    from services.pipeline.adapters.converters import Converter
+    from services.pipeline.adapters.embeddings import EmbeddingProvider
+    from services.pipeline.adapters.queue import Claimed, PgQueue, Wakeup
+    from services.pipeline.adapters.store import PgStageStore, VersionSource
+    from services.platform.objectstore import ObjectStore
+
+Write = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Done:
+    write: Write | None = None
+    skipped_note: str | None = None
+
+
+@dataclass(frozen=True)
+class Park:
+    """The unit cannot run yet (no conversion route): back to pending, no attempt spent."""
+
+    reason: str
+
+
+def representation_key(sha256: str) -> str:
+    return f"representations/sha256/{sha256[:2]}/{sha256}.md"
+
+
+class Stages:
+    def __init__(self, store: PgStageStore, objects: ObjectStore, converters: Mapping[str, Converter],
+                 embeddings: EmbeddingProvider, claims: ClaimProvider, *, chunk_token_budget: int,
+                 embed_batch_size: int) -> None:
+        self.store = store
+        self.objects = objects
+        self.converters = converters
+        self.embeddings = embeddings
+        self.claims = claims
+        self.chunk_token_budget = chunk_token_budget
+        self.embed_batch_size = embed_batch_size
+        self._markdown: OrderedDict[str, str] = OrderedDict()
+        self.extract_calls = 0  # how many chunks went to the claim provider (tests count them)
+
+    async def run(self, unit: Claimed) -> Done | Park:
+        if unit.stage in NOT_BUILT_STAGES:
+            return Done(skipped_note=NOT_BUILT_NOTE)
+        handler = getattr(self, f"_{unit.stage}")
+        source = await self.store.version(unit.version_id)
+        return await handler(unit, source)
+
+    async def _markdown_of(self, source: VersionSource) -> str:
+        key = source.representation_key
+        if key is None:
+            raise StageFailure("unknown", "the version has no representation yet", permanent=False)
+        if key not in self._markdown:
+            self._markdown[key] = (await self.objects.get_bytes(key)).decode("utf-8")
+            if len(self._markdown) > 32:
+                self._markdown.popitem(last=False)
+        self._markdown.move_to_end(key)
+        return self._markdown[key]
+
+    # --- stages ------------------------------------------------------------------------
+
+    async def _convert(self, unit: Claimed, source: VersionSource) -> Done | Park:
+        from services.pipeline.adapters.converters import ConversionFailed
+
+        converter = self.converters.get(source.mime)
+        if converter is None:
+            return Park("no_route")
+        data = await self.objects.get_bytes(source.object_key)
+        try:
+            markdown = await converter.convert(data, source.mime, source.filename or "document")
+        except ConversionFailed as exc:
+            raise StageFailure("extraction_failed", f"{exc.reason}: {exc.detail}", permanent=exc.permanent) from exc
+        encoded = markdown.encode("utf-8")
+        sha = hashlib.sha256(encoded).hexdigest()
+        key = representation_key(sha)
+        if not await self.objects.exists(key):
+            await self.objects.put_bytes(key, encoded, content_type="text/markdown")
+
+        async def write(conn: Any) -> None:
+            await self.store.save_representation(conn, source, key, sha, len(markdown), converter.name)
+
+        return Done(write)
+
+    async def _structure(self, unit: Claimed, source: VersionSource) -> Done:
+        markdown = await self._markdown_of(source)
+        sections = build_sections(parse_blocks(markdown), markdown)
+
+        async def write(conn: Any) -> None:
+            await self.store.save_sections(conn, source, sections)
+
+        return Done(write)
+
+    async def _chunk(self, unit: Claimed, source: VersionSource) -> Done:
+        markdown = await self._markdown_of(source)
+        blocks = parse_blocks(markdown)
+        sections = build_sections(blocks, markdown)
+        chunks = chunk(blocks, sections, markdown=markdown, token_budget=self.chunk_token_budget)
+        old = await self.store.previous_chunks(source)
+        plan = reuse_plan([(str(o.chunk_id), o.content_hash) for o in old], chunks)
+        reuse = [old[i] if i is not None else None for i in plan]
+
+        async def write(conn: Any) -> None:
+            await self.store.save_chunks(conn, source, chunks, sections, reuse)
+
+        return Done(write)
+
+    async def _embed(self, unit: Claimed, source: VersionSource, table: str) -> Done:
+        pending = await self.store.unembedded(table, source.version_id)
+        fixed = await self.store.space_model(source.space_id)
+        self._check_model(fixed)
+        vectors: list[tuple[uuid.UUID, list[float]]] = []
+        for start in range(0, len(pending), self.embed_batch_size):
+            batch = pending[start:start + self.embed_batch_size]
+            embedded = await self._call_embeddings(unit, source, [text for _, text in batch])
+            vectors.extend(zip((i for i, _ in batch), embedded, strict=True))
+
+        async def write(conn: Any) -> None:
+            if vectors:
+                self._check_model(await self.store.fix_space_model(conn, source.space_id, self.embeddings.model,
+                                                                   self.embeddings.dimension))
+                await self.store.save_vectors(conn, table, vectors, self.embeddings.model)
+
+        return Done(write)
+
+    def _check_model(self, fixed: tuple[str, int] | None) -> None:
+        if fixed is not None and fixed != (self.embeddings.model, self.embeddings.dimension):
+            raise StageFailure(
+                "provider_rejected",
+                f"this space embeds with {fixed[0]} ({fixed[1]} dimensions); the configured model "
+                f"{self.embeddings.model} ({self.embeddings.dimension}) is refused",
+                permanent=True,
+            )
+
+    async def _call_embeddings(self, unit: Claimed, source: VersionSource, texts: list[str]) -> list[list[float]]:
+        from services.pipeline.adapters.embeddings import EmbeddingUnavailable
+
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            return await self.embeddings.embed(texts)
+        except EmbeddingUnavailable as exc:
+            outcome = getattr(exc, "outcome", "error")
+            raise StageFailure("provider_unavailable" if exc.retryable else "provider_rejected", str(exc),
+                               permanent=not exc.retryable, retry_after_s=exc.retry_after_s) from exc
+        finally:
+            if not self.embeddings.model.startswith("hash-"):  # local hashing is not a provider call
+                await self.store.record_call(
+                    space_id=source.space_id, work_id=unit.work_id, stage=unit.stage, attempt=unit.attempts,
+                    provider="embeddings", model=self.embeddings.model, tokens_in=None, tokens_out=None,
+                    latency_ms=(time.perf_counter() - started) * 1000, outcome=outcome)
+
+    async def _embed_chunk(self, unit: Claimed, source: VersionSource) -> Done:
+        return await self._embed(unit, source, "chunks")
+
+    async def _embed_claim(self, unit: Claimed, source: VersionSource) -> Done:
+        return await self._embed(unit, source, "claims")
+
+    def _input(self, source: VersionSource, markdown: str, row: Any) -> ExtractionInput:
+        return ExtractionInput(
+            document=markdown,
+            passage=Passage(str(row.chunk_id), row.char_start, row.char_end),
+            asserted_at=source.source_modified_at or source.ingested_at,
+            title=source.title,
+        )
+
+    async def _extract_claims(self, unit: Claimed, source: VersionSource) -> Done:
+        from services.pipeline.adapters.store import draft_payload
+
+        if unit.unit_key == "":
+            return Done()  # a version without passages
+        row = await self.store.chunk(source.version_id, int(unit.unit_key))
+        if row is None:
+            raise StageFailure("chunk_set_changed", f"chunk {unit.unit_key} is gone", permanent=True)
+        if row.reused_from is not None:
+            payload: dict[str, Any] = {"reused_from": str(row.reused_from)}
+            provider = "reuse"
+        else:
+            markdown = await self._markdown_of(source)
+            self.extract_calls += 1
+            drafts, decisions = await self.claims.extract(self._input(source, markdown, row))
+            payload, provider = draft_payload(drafts, decisions), self.claims.name
+
+        async def write(conn: Any) -> None:
+            await self.store.save_drafts(conn, source, row.chunk_id, provider, payload)
+
+        return Done(write)
+
+    async def _ground_claims(self, unit: Claimed, source: VersionSource) -> Done:
+        from services.pipeline.adapters.store import load_payload
+
+        if unit.unit_key == "":
+            return Done()
+        row = await self.store.chunk(source.version_id, int(unit.unit_key))
+        stored = await self.store.drafts(row.chunk_id) if row else None
+        if row is None or stored is None:
+            raise StageFailure("chunk_set_changed", f"drafts of chunk {unit.unit_key} are gone", permanent=True)
+        provider, payload = stored
+        if "reused_from" in payload:
+            old = uuid.UUID(payload["reused_from"])
+
+            async def reuse(conn: Any) -> None:
+                await self.store.reuse_claims(conn, source, row.chunk_id, old)
+
+            return Done(reuse)
+        markdown = await self._markdown_of(source)
+        drafts, decisions = load_payload(payload)
+        kept, all_decisions = ground(self._input(source, markdown, row), drafts, decisions)
+        asserted = source.source_modified_at or source.ingested_at
+        version = getattr(self.claims, "version", provider)
+
+        async def write(conn: Any) -> None:
+            await self.store.save_claims(conn, source, row.chunk_id, kept, all_decisions, extractor=version,
+                                         asserted_at=asserted)
+
+        return Done(write)
+
+
+class Worker:
+    """Claims units and runs up to ``concurrency`` of them at once until told to stop."""
+
+    def __init__(self, queue: PgQueue, stages: Stages, wakeup: Wakeup, *, concurrency: int, poll_s: float) -> None:
+        self.queue = queue
+        self.stages = stages
+        self.wakeup = wakeup
+        self.concurrency = concurrency
+        self.poll_s = poll_s
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.wakeup.start()
+        try:
+            while not stop.is_set():
+                free = self.concurrency - len(self._inflight)
+                claimed = await self._claim(free) if free > 0 else []
+                for unit in claimed:
+                    task = asyncio.create_task(self._execute(unit))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._finished)
+                # Sleep until new work is announced, a slot frees up, the poll interval passes or we stop.
+                stopping = asyncio.create_task(stop.wait())
+                waking = asyncio.create_task(self.wakeup.wait(self.poll_s))
+                await asyncio.wait({stopping, waking}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                waking.cancel()
+        finally:
+            if self._inflight:
+                await asyncio.wait(self._inflight)
+            await self.wakeup.close()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self.wakeup.event.set()  # a slot is free
+
+    async def _claim(self, free: int) -> list[Claimed]:
+        try:
+            return await self.queue.claim(free)
+        except Exception as exc:  # noqa: BLE001 - the database may be briefly away: retry later
+            telemetry.access_log("worker.claim_failed", error=repr(exc))
+            return []
+
+    async def _execute(self, unit: Claimed) -> None:
+        from services.pipeline.adapters.queue import LeaseLost
+
+        started = time.perf_counter()
+        heartbeat = asyncio.create_task(self._heartbeat(unit))
+        outcome = "succeeded"
+        error: str | None = None
+        try:
+            result = await self.stages.run(unit)
+            if isinstance(result, Park):
+                await self.queue.park(unit, result.reason)
+                outcome = f"{result.reason}_parked"
+            else:
+                await self.queue.complete(unit, result.write, skipped_note=result.skipped_note)
+                outcome = "skipped" if result.skipped_note else "succeeded"
+        except LeaseLost as exc:
+            outcome, error = "lease_lost", str(exc)
+        except StageFailure as exc:
+            error = str(exc)
+            outcome = await self._fail(unit, exc.reason, error, exc.permanent, exc.retry_after_s)
+        except Exception as exc:  # noqa: BLE001 - any defect is retried, then dead-lettered
+            error = f"{type(exc).__name__}: {exc}"
+            outcome = await self._fail(unit, "unknown", error, False, None)
+        finally:
+            heartbeat.cancel()
+        telemetry.access_log(
+            "worker.run", stage=unit.stage, unit=unit.unit_key, version_id=str(unit.version_id),
+            attempt=unit.attempts, outcome=outcome, duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            **({"error": error} if error else {}),
+        )
+
+    async def _fail(self, unit: Claimed, reason: str, error: str, permanent: bool, retry_after: float | None) -> str:
+        from services.pipeline.adapters.queue import LeaseLost
+
+        try:
+            return await self.queue.fail(unit, reason=reason, error=error, permanent=permanent,
+                                         retry_after_s=retry_after)
+        except LeaseLost:
+            return "lease_lost"
+
+    async def _heartbeat(self, unit: Claimed) -> None:
+        interval = max(0.5, self.queue.lease_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await self.queue.renew(unit):
+                    return
+            except Exception:  # noqa: BLE001 - a missed renewal only risks a re-run
+                continue
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

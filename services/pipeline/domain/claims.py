@@ -1,0 +1,1382 @@
+"""Claims: what a source said. Types, the provider protocol, and the offline ``rules`` provider.
+
+A claim is one standalone assertion from one document version, tied to the exact
+characters that support it. Extraction has two steps per passage (chunk):
+
+1. **Selection** judges every statement: keep, keep_flagged (hedged, or a date left as
+   spoken), or drop with a reason from a fixed list (question, hypothetical, advice,
+   generic, opinion, intro, conclusion, no_info, ambiguous, references_boilerplate).
+2. **Claimify** makes each kept statement stand alone: splits independent conjuncts,
+   resolves "I"/"we"/"he"/"she"/"it" where the document makes it unambiguous (else the
+   statement is omitted with ``unresolved_reference``), expands a partial reference from
+   the title ("the migration" -> "the billing migration"), writes relative dates as
+   absolute ones, and prefixes a speaker's turn with "<Speaker> said that".
+
+The rules provider is deterministic and offline (regular expressions and closed word
+lists); every claim it emits passes :func:`services.pipeline.domain.grounding.ground`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from functools import lru_cache
+from typing import Protocol
+
+from services.pipeline.domain import timeparse
+
+__all__ = [
+    "CLAIMIFY_OMIT_REASONS",
+    "DECISION_KINDS",
+    "DECONTEXT_REASONS",
+    "KEEP_FLAG_REASONS",
+    "SELECTION_DROP_REASONS",
+    "ClaimDraft",
+    "ClaimProvider",
+    "Decision",
+    "EvidenceSpan",
+    "ExtractionInput",
+    "Passage",
+    "RulesClaimProvider",
+    "extract_claims",
+]
+
+DECISION_KINDS: tuple[str, ...] = (
+    "selection_drop", "selection_keep_flagged", "decontext_edit", "claimify_omitted", "grounding_rejected",
+)
+SELECTION_DROP_REASONS: tuple[str, ...] = (
+    "opinion", "advice", "hypothetical", "generic", "question", "intro", "conclusion", "no_info", "ambiguous",
+    "references_boilerplate",
+)
+KEEP_FLAG_REASONS: tuple[str, ...] = ("hedged", "unresolved_date")
+DECONTEXT_REASONS: tuple[str, ...] = (
+    "pronoun_resolved", "reference_expanded", "date_resolved", "speaker_attributed", "subject_copied",
+)
+CLAIMIFY_OMIT_REASONS: tuple[str, ...] = ("unresolved_reference", "span_outside_chunk")
+
+
+# --------------------------------------------------------------------------- public types
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One chunk of the version's Markdown representation (half-open offsets into the document)."""
+
+    chunk_id: str
+    char_start: int
+    char_end: int
+
+
+@dataclass(frozen=True)
+class ExtractionInput:
+    document: str
+    passage: Passage
+    asserted_at: datetime | None
+    title: str | None
+
+
+@dataclass(frozen=True)
+class EvidenceSpan:
+    char_start: int
+    char_end: int
+
+
+@dataclass(frozen=True)
+class ClaimDraft:
+    claim_text: str
+    source_span: str
+    char_start: int
+    char_end: int
+    evidence_spans: tuple[EvidenceSpan, ...]
+    is_attributed: bool
+    attributed_to: str | None
+    added_context: tuple[str, ...]
+    temporal_class: str | None
+    valid_from: datetime | None
+    valid_until: datetime | None
+    valid_precision: str
+    valid_kind: str | None
+    kept_flagged: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    reason: str
+    char_start: int
+    char_end: int
+    detail: str | None
+
+
+class ClaimProvider(Protocol):
+    name: str
+    version: str
+
+    async def extract(self, item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]: ...
+
+
+class RulesClaimProvider:
+    """Deterministic, offline claim extraction for plain English."""
+
+    name: str = "rules"
+    version: str = "rules/1"
+
+    async def extract(self, item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
+        return extract_claims(item)
+
+
+# --------------------------------------------------------------------------- word lists
+
+_FUNCTION_WORDS = frozenset("""
+a an the of in on at by for from to with into onto over under about as than and or but nor so yet because
+that which who whom whose what when where why how this these those there here then also just very too not no
+is are was were be been being am has have had do does did will would can could shall should may might must
+it its he she they we i you me us him her them my our your his their
+""".split())
+_AUX = frozenset("""
+is are was were be been am has have had do does did will would can could shall should may might must
+won't can't cannot didn't doesn't don't isn't wasn't aren't weren't hasn't haven't hadn't wouldn't couldn't
+shouldn't
+""".split())
+_MODALS = frozenset("will would can could shall should may might must won't can't cannot wouldn't couldn't".split())
+_IRREGULAR_PAST = frozenset("""
+said told left made took met wrote began came got ran sent found gave built brought bought paid lost won went saw
+knew thought felt kept led held put set cut read spent sold taught understood drove chose broke spoke forgot stood
+became fell grew drew flew hid rode rose shook threw woke wore did had was were
+""".split())
+_PLURAL_AUX = frozenset("are were have do don't aren't weren't haven't don’t aren’t weren’t haven’t".split())
+_ADVERBS = frozenset("""
+also really just still already never always usually currently now only actually definitely probably often sometimes
+personally strongly mostly then later finally
+""".split())
+_CAPITALISED_STOP = frozenset("""
+I The A An This That These Those It Its We He She They You Our My His Her Their Your If When While But And Or So
+Yes No OK Okay Also Then Today Tomorrow Yesterday According Where What Who Why How Which There Here Let Please Thanks
+Thank Hi Hello Well Right Sure After Before Since During Until In On At For From To With By As Of Participants
+Attendees Agenda Notes Summary Every Each All Some Most Many Few Everyone Everybody Everything Nobody Nothing Someone
+Somebody Something Anyone People Once Because Although Though However Meanwhile Overall Last Next Early Late Mid
+Q1 Q2 Q3 Q4 Note Update Status Decision Action
+""".split())
+_MONTH_WORDS = frozenset(timeparse.MONTH_NAMES)
+_WEEKDAY_WORDS = frozenset(timeparse.WEEKDAY_NAMES)
+_DECAP_WORDS = frozenset("""
+the a an it its this that these those there here our my your their his her we they some all each every no one
+according
+""".split())
+
+_META_BOILERPLATE_KEYS = frozenset("""
+participants attendees present date time location duration tags author authors facilitator chair cc to from subject
+title url link source venue where when recorded timezone scribe notetaker
+""".split()) | {"time zone", "note taker"}
+_PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
+_DATE_KEYS = frozenset({"date", "when"})
+_LABEL_KEYS = frozenset("""
+summary decision decisions note notes update updates status action actions outcome outcomes result results context
+background
+""".split()) | {"action items", "next steps"}
+
+_ABBREVIATIONS = frozenset("""
+e.g. i.e. etc. vs. v. dr. mr. mrs. ms. prof. sr. jr. st. inc. ltd. co. corp. approx. no. nos. fig. cf. al. a.m. p.m.
+u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. oct. nov. dec. mt. ave. dept. est. min. max. ca. incl. resp.
+""".split())
+
+# --------------------------------------------------------------------------- regular expressions
+
+_TOKEN_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
+_NAME_WORD = r"[A-Z][a-z]+(?:[-'’][A-Z][a-z]+)*"
+_NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.(?!\w)|{_NAME_WORD}))*"
+_NAME_RE = re.compile(rf"(?<![\w'’]){_NAME}")
+_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_TURN_RE = re.compile(r"^\[(?P<tid>[^|\]\n]+?)\s*\|\s*(?P<ts>[^\]\n]+?)\s*\]\s*(?P<speaker>[^:\n\]]{1,80}?)\s*:\s+")
+_BOLD_SPEAKER_RE = re.compile(r"^\*\*(?P<speaker>[A-Z][^*:\n]{0,60}?)(?::\*\*|\*\*:)\s+")
+_PLAIN_LABEL_RE = re.compile(r"^(?P<speaker>[A-Z][A-Za-z'’-]*(?:\s+(?:[A-Za-z][A-Za-z'’-]*|[A-Z]\.)){0,3}):\s+(?=\S)")
+_LIST_RE = re.compile(r"^(\s*)(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
+_QUOTE_RE = re.compile(r"^\s*>\s?")
+_RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
+_INTERJECTION_RE = re.compile(
+    r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks)\s*[,!]\s+(?=\S)",
+    re.IGNORECASE,
+)
+
+_QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
+_BOILERPLATE_RE = re.compile(
+    r"^\s*(?:copyright\b|©|all rights reserved|see also\b|references\s*$|further reading|https?://\S+\s*$)",
+    re.IGNORECASE,
+)
+_INTRO_RE = re.compile(
+    r"^\s*(?:(?:this|the following)\s+(?:section|document|page|chapter|note|post|article|guide|doc|memo)\b"
+    r"(?:\s+\w+)?\s+(?:covers|describes|explains|summari[sz]es|outlines|lists|introduces|presents|contains|is about)"
+    r"\b|in this (?:section|document|page|chapter|note|post|article|guide|memo)\b|(?:below|here),? (?:we|you)\b)",
+    re.IGNORECASE,
+)
+_CONCLUSION_RE = re.compile(
+    r"^\s*(?:in summary|in conclusion|to sum up|to summari[sz]e|in short|that's all|that is all|thanks|thank you"
+    r"|cheers|see you|talk soon)\b",
+    re.IGNORECASE,
+)
+_NO_INFO_RE = re.compile(
+    r"\b(?:(?:don't|do not|doesn't|does not|didn't|did not|don’t|doesn’t)\s+know|not sure|no idea|unclear|unknown"
+    r"|tbd|to be (?:determined|decided|confirmed)|not (?:yet )?(?:known|decided)|nobody knows|remains to be seen)\b",
+    re.IGNORECASE,
+)
+_LEADING_CONDITIONAL_RE = re.compile(
+    r"^\s*(?:if|unless|suppose|supposing|assuming|imagine|in case|hypothetically|what if|were we|had we|should we)\b",
+    re.IGNORECASE,
+)
+_HYPOTHETICAL_RE = re.compile(r"\b(?:would|wouldn't|wouldn’t|might|mightn't|could(?!\s+not|n't|n’t)|if)\b"
+                              r"|(?<![A-Z])\bmay\b|['’]d\b")
+_ADVICE_RE = re.compile(
+    r"\b(?:should|shouldn't|shouldn’t|ought to|had better|make sure|be sure to|remember to|don't forget|do not forget"
+    r"|we recommend|i recommend|is recommended|recommended to|it's best to|it is best to|you need to|you must"
+    r"|you have to|you'll want to)\b|^\s*(?:let's|let’s|let us)\b",
+    re.IGNORECASE,
+)
+_IMPERATIVE_STARTS = frozenset("""
+use make check try avoid ensure remember keep add set send call ask take read write install run consider don't
+do please stop start go get put see follow open click review update create delete remove contact email book
+schedule prepare verify test always never configure enable disable restart back avoid
+""".split())
+_HEDGE_RE = re.compile(
+    r"\b(?:probably|likely|unlikely|maybe|perhaps|possibly|apparently|presumably|roughly|approximately"
+    r"|seems to|appears to|supposedly|allegedly|tentatively)\b",
+    re.IGNORECASE,
+)
+_OPINION_ADJECTIVES = (
+    "great|good|bad|terrible|awful|awesome|amazing|excellent|wonderful|fantastic|brilliant|horrible|nice|lovely|ugly"
+    "|beautiful|elegant|clean|cleaner|cleanest|messy|better|best|worse|worst|risky|dangerous|useful|useless|pointless"
+    "|important|unimportant|overrated|underrated|interesting|boring|exciting|confusing|easy|easier|hard|harder"
+    "|difficult|simple|simpler|complicated|annoying|frustrating|impressive|disappointing|promising|ridiculous|stupid"
+    "|smart|clever|perfect|tight|wrong|silly|weird|strange|cool|fun|painful|crazy|solid|sensible|reasonable"
+)
+_OPINION_RE = re.compile(
+    r"\b(?:is|are|was|were|looks|look|seems|seem|sounds|sound|feels|feel|remains|remain|became|becomes|'s|’s)\s+"
+    r"(?:(?:very|really|so|too|quite|pretty|extremely|super|rather|fairly|incredibly|totally|absolutely|definitely"
+    r"|a bit|a little|kind of|sort of|much|way|more|less|the|a|an|most|least)\s+)*"
+    rf"(?:{_OPINION_ADJECTIVES})\b"
+    r"|\b(?:i|we)\s+(?:love|like|hate|prefer|enjoy|dislike)\b",
+    re.IGNORECASE,
+)
+_AGREEMENT_ONLY_RE = re.compile(
+    rf"^\s*(?:{_NAME}\s+|I\s+|we\s+|We\s+|he\s+|He\s+|she\s+|She\s+)?(?:also\s+)?"
+    r"(?:agreed|agrees|agree|concurred|nodded|acknowledged|disagreed|objected)\s*[.!]?\s*$"
+)
+_MEASUREMENT_RE = re.compile(
+    r"\b(?:fell|rose|grew|increased|decreased|dropped|declined|climbed|totall?ed|reached|averaged|hit|count|total"
+    r"|revenue|sales|errors?|rate|percent|per cent|costs?|spend|spent)\b|[%$€£]",
+    re.IGNORECASE,
+)
+_ATEMPORAL_RE = re.compile(r"\b(?:is defined as|means|stands for|consists of|is a type of|is a kind of)\b")
+_PAST_RE = re.compile(r"\b(?:\w{3,}ed|" + "|".join(sorted(_IRREGULAR_PAST)) + r")\b", re.IGNORECASE)
+
+_SPEECH_VERBS = (
+    "said|says|stated|states|reported|reports|announced|announces|confirmed|confirms|mentioned|mentions|noted|notes"
+    "|explained|explains|claimed|claims|added|adds|argued|argues|warned|warns|promised|promises|insisted|insists"
+    "|replied|replies|wrote|writes|suggested|suggests|thinks|think|thought|believes|believe|believed|feels|feel|felt"
+    "|expects|expect|expected|hopes|hope|hoped|worries|worry|worried|suspects|suspect|suspected|doubts|doubt|doubted"
+    "|fears|fear|feared|guesses|guess|guessed|reckons|reckon|reckoned|estimates|estimated|predicts|predicted"
+    "|knows|know|knew|understands|understood"
+)
+_ATTR_SUBJECT = rf"(?P<subj>{_NAME}|I|We|we|He|he|She|she|They|they)"
+_ATTR_ADVERB = r"(?:(?:also|later|then|still|strongly|previously|already|initially|firmly|clearly|now|really)\s+)?"
+_ATTR_SAY_RE = re.compile(
+    rf"^{_ATTR_SUBJECT}\s+{_ATTR_ADVERB}(?P<verb>{_SPEECH_VERBS})\b,?\s+(?:that\s+)?(?P<content>\S.*)$", re.S,
+)
+_ATTR_AGREE_RE = re.compile(
+    rf"^{_ATTR_SUBJECT}\s+{_ATTR_ADVERB}(?P<verb>agreed|agrees|agree)\s+that\s+(?P<content>\S.*)$", re.S,
+)
+_ATTR_TELL_RE = re.compile(
+    rf"^{_ATTR_SUBJECT}\s+{_ATTR_ADVERB}(?P<verb>told|tells|tell|informed|informs|assured|assures|reminded|reminds)"
+    rf"\s+(?:me|us|him|her|them|everyone|the team|{_NAME}|[a-z]+)\s+(?:that\s+)?(?P<content>\S.*)$",
+    re.S,
+)
+_ATTR_ACCORDING_RE = re.compile(rf"^[Aa]ccording to (?P<subj>{_NAME}),\s+(?P<content>\S.*)$", re.S)
+_ATTR_TRAILING_RE = re.compile(
+    rf"^(?P<content>.+?),\s+(?:(?P<subj>{_NAME}|he|she)\s+(?P<verb>said|says|added|explained|noted|confirmed|wrote"
+    rf"|reported|argued|claimed)|(?P<verb2>said|says|added|explained|noted|confirmed|wrote|reported)\s+"
+    rf"(?P<subj2>{_NAME}))\s*[.!]?\s*$",
+    re.S,
+)
+_BAD_CONTENT_START = frozenset("and or but to so about of for with in on at by as it's".split())
+
+_SEPARATOR_RE = re.compile(r"\s*;\s+|,?\s+(?:and|but)\s+")
+_CONTRACTED_SUBJECT_RE = re.compile(r"^(?:I|[Ww]e|[Hh]e|[Ss]he|[Tt]hey|[Ii]t)['’](?:m|re|s|ve|ll)\s+\w")
+_LEADING_PRONOUN_RE = re.compile(r"^(I|We|we|He|he|She|she|They|they|It|it)(?![\w'’])")
+_LEADING_NP_RE = re.compile(
+    r"^(?:The|the|This|this|That|that|Our|our|My|my|His|his|Her|her|Their|their|Its|its)\s+"
+    r"(?:[a-z][\w-]*\s+){0,2}?[a-z][\w-]*(?=\s+(\S+))"
+)
+_DEFINITE_NP_RE = re.compile(
+    r"(?<![\w])[Tt]he\s+((?:[a-z][a-z-]*\s+){0,2}[a-z][a-z-]*)"
+    r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
+    r"|to|from|with|by|of|and|or|but|because|that|which)\b)"
+)
+_TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
+_PRONOUN_RE = re.compile(
+    r"(?<![\w'’])(I['’](?:m|ve|ll|d)|I|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
+    r"|[Oo]urs|[Oo]urselves|[Hh]e['’](?:s|ll|d)|[Hh]e|[Hh]im|[Hh]is|[Hh]imself|[Ss]he['’](?:s|ll|d)|[Ss]he|[Hh]er"
+    r"|[Hh]ers|[Hh]erself|[Ii]t['’]s|[Ii]t|[Ii]ts|[Ii]tself|[Tt]hey['’](?:re|ve|ll|d)|[Tt]hey|[Tt]hem|[Tt]heir"
+    r"|[Tt]heirs|[Tt]hemselves|[Yy]ou['’](?:re|ve|ll|d)|[Yy]ou|[Yy]our|[Yy]ours|[Yy]ourself)(?![\w'’])"
+)
+_DEMONSTRATIVE_SUBJECT_RE = re.compile(
+    r"^(?:This|That|These|Those)\s+(?:is|was|are|were|will|has|had|needs|means|should|would|can|could|must)\b"
+)
+_EXPLETIVE_IT_RE = re.compile(
+    r"^\s+(?:is|was|'s|’s|has been|seems|seemed|appears|appeared|looks|remains|became)\s+(?:\w+\s+){0,2}?"
+    r"(?:that|to|likely|unlikely|clear|unclear|possible|impossible|important|necessary|hard|easy|time|true|false"
+    r"|raining|worth)\b"
+)
+_MARKDOWN_LINK_RE = re.compile(r"\[([^\]\n]+)\]\([^)\n]*\)")
+_MARKDOWN_EMPHASIS_RE = re.compile(r"(\*\*|__|\*|`)")
+_QUOTE_CONTINUATION_RE = re.compile(r"\n\s*>\s?")
+
+
+# --------------------------------------------------------------------------- document model
+
+
+@dataclass(frozen=True)
+class _Unit:
+    start: int
+    end: int
+    kind: str  # paragraph | turn | speaker | list | quote
+    speaker: str | None = None
+    speaker_span: tuple[int, int] | None = None
+    turn_anchor: date | None = None
+    turn_anchor_span: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    start: int
+    end: int
+    unit: _Unit
+    index: int
+
+
+@dataclass(frozen=True)
+class _Model:
+    text: str
+    sentences: tuple[_Sentence, ...]
+    anchors: tuple[tuple[int, date, tuple[int, int]], ...]  # (position, day, span) from dated headings / Date: lines
+    meta_spans: tuple[tuple[int, int], ...]
+    participants: tuple[str, ...]
+    participants_span: tuple[int, int] | None
+    first_heading: tuple[str, tuple[int, int]] | None
+    known_names: frozenset[str]
+    noninitial_caps: frozenset[str]
+
+
+@dataclass
+class _UnitBuilder:
+    start: int
+    end: int
+    kind: str
+    speaker: str | None = None
+    speaker_span: tuple[int, int] | None = None
+    turn_anchor: date | None = None
+    turn_anchor_span: tuple[int, int] | None = None
+
+    def freeze(self) -> _Unit:
+        return _Unit(self.start, self.end, self.kind, self.speaker, self.speaker_span, self.turn_anchor,
+                     self.turn_anchor_span)
+
+
+def _parse_timestamp(text: str) -> date | None:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return timeparse.find_anchor_date(text)
+    if moment.tzinfo is None:
+        return moment.date()
+    return moment.astimezone(UTC).date()
+
+
+def _split_names(value: str) -> tuple[str, ...]:
+    names = []
+    for piece in re.split(r"\s*(?:,|;|\band\b|&)\s*", value):
+        piece = piece.strip().strip(".")
+        if piece and re.fullmatch(_NAME, piece):
+            names.append(piece)
+    return tuple(names)
+
+
+@lru_cache(maxsize=16)
+def _parse_document(document: str) -> _Model:
+    units: list[_Unit] = []
+    anchors: list[tuple[int, date, tuple[int, int]]] = []
+    meta_spans: list[tuple[int, int]] = []
+    participants: tuple[str, ...] = ()
+    participants_span: tuple[int, int] | None = None
+    first_heading: tuple[str, tuple[int, int]] | None = None
+    speakers: set[str] = set()
+    current: _UnitBuilder | None = None
+    in_fence = False
+    position = 0
+
+    def close() -> None:
+        nonlocal current
+        if current is not None and current.end > current.start:
+            units.append(current.freeze())
+        current = None
+
+    for raw in document.splitlines(keepends=True):
+        line_start = position
+        position += len(raw)
+        line = raw.rstrip("\r\n")
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        content_end = line_start + len(line.rstrip())
+        if stripped.startswith(("```", "~~~")):
+            close()
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        if not stripped:
+            close()
+            continue
+        heading = _HEADING_RE.match(line)
+        if heading:
+            close()
+            text_start = line_start + heading.start(2)
+            span = (text_start, line_start + heading.end(2))
+            if first_heading is None and heading.group(2):
+                first_heading = (heading.group(2), span)
+            day = timeparse.find_anchor_date(heading.group(2))
+            if day is not None:
+                anchors.append((line_start, day, span))
+            continue
+        if stripped.startswith(("|", "<!--", "<")) or _RULE_RE.match(line):
+            close()
+            continue
+        turn = _TURN_RE.match(line)
+        if turn:
+            close()
+            speaker = turn.group("speaker").strip()
+            speakers.add(speaker)
+            ts_span = (line_start + turn.start("ts"), line_start + turn.end("ts"))
+            current = _UnitBuilder(line_start + turn.end(), content_end, "turn", speaker,
+                                   (line_start + turn.start("speaker"), line_start + turn.end("speaker")),
+                                   _parse_timestamp(turn.group("ts")), ts_span)
+            continue
+        label = _BOLD_SPEAKER_RE.match(line) or _PLAIN_LABEL_RE.match(line)
+        if label:
+            key = label.group("speaker").strip()
+            lowered = key.lower()
+            value_start = line_start + label.end()
+            if lowered in _META_BOILERPLATE_KEYS:
+                close()
+                meta_spans.append((line_start + indent, content_end))
+                value = document[value_start:content_end]
+                if lowered in _PARTICIPANT_KEYS and not participants:
+                    participants = _split_names(value)
+                    participants_span = (value_start, content_end)
+                if lowered in _DATE_KEYS:
+                    day = timeparse.find_anchor_date(value)
+                    if day is not None:
+                        anchors.append((line_start, day, (value_start, content_end)))
+                continue
+            if lowered in _LABEL_KEYS:
+                close()
+                current = _UnitBuilder(value_start, content_end, "paragraph")
+                continue
+            if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
+                close()
+                speakers.add(key)
+                current = _UnitBuilder(value_start, content_end, "speaker", key,
+                                       (line_start + label.start("speaker"), line_start + label.end("speaker")))
+                continue
+        item = _LIST_RE.match(line)
+        if item:
+            close()
+            current = _UnitBuilder(line_start + item.end(), content_end, "list")
+            continue
+        quote = _QUOTE_RE.match(line)
+        if quote:
+            if current is not None and current.kind == "quote":
+                current.end = content_end
+            else:
+                close()
+                current = _UnitBuilder(line_start + quote.end(), content_end, "quote")
+            continue
+        if current is not None:
+            current.end = content_end
+        else:
+            current = _UnitBuilder(line_start + indent, content_end, "paragraph")
+    close()
+
+    sentences: list[_Sentence] = []
+    for unit in units:
+        for start, end in _split_sentences(document, unit.start, unit.end):
+            sentences.append(_Sentence(start, end, unit, len(sentences)))
+
+    noninitial: set[str] = set()
+    for sentence in sentences:
+        for match in _NAME_RE.finditer(document, sentence.start, sentence.end):
+            if match.start() > sentence.start:
+                for word in match.group().split():
+                    noninitial.add(_strip_possessive(word))
+    known = set(speakers) | set(participants)
+    for sentence in sentences:
+        for pattern in (_ATTR_SAY_RE, _ATTR_TELL_RE, _ATTR_ACCORDING_RE):
+            found = pattern.match(document[sentence.start:sentence.end])
+            if found and found.group("subj") and found.group("subj")[0].isupper():
+                subject = found.group("subj")
+                if subject.split()[0] not in _CAPITALISED_STOP and subject.split()[0] not in _MONTH_WORDS:
+                    known.add(subject)
+    known_words = {word for name in known for word in name.split()}
+    return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
+                  first_heading, frozenset(known | known_words), frozenset(noninitial))
+
+
+def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    sentence_start = start
+    i = start
+    while i < end:
+        char = document[i]
+        if char in ".!?":
+            j = i + 1
+            while j < end and document[j] in ".!?\"'’”)]*_":
+                j += 1
+            if j < end and document[j].isspace():
+                k = j
+                while k < end and document[k].isspace():
+                    k += 1
+                if k < end and _is_boundary(document, sentence_start, i, char, document[k]):
+                    spans.append((sentence_start, j))
+                    sentence_start = k
+                    i = k
+                    continue
+            i = j
+            continue
+        if char == "\n":
+            k = i
+            while k < end and document[k].isspace():
+                k += 1
+            if k < end and _is_line_boundary(document, sentence_start, i, document[k]):
+                spans.append((sentence_start, i))
+                sentence_start = k
+                i = k
+                continue
+        i += 1
+    spans.append((sentence_start, end))
+    trimmed = []
+    for s, e in spans:
+        while s < e and document[s].isspace():
+            s += 1
+        while e > s and document[e - 1].isspace():
+            e -= 1
+        if e > s:
+            trimmed.append((s, e))
+    return trimmed
+
+
+def _is_boundary(document: str, sentence_start: int, index: int, char: str, following: str) -> bool:
+    if not (following.isupper() or following.isdigit() or following in "\"'“‘([*_"):
+        return False
+    if char != ".":
+        return True
+    word_start = index
+    while word_start > sentence_start and not document[word_start - 1].isspace():
+        word_start -= 1
+    word = document[word_start:index + 1].lstrip("(\"'“‘*_")
+    if word.lower() in _ABBREVIATIONS:
+        return False
+    if re.fullmatch(r"[A-Z]\.", word):
+        return False  # an initial: "Ravi S. owns ..."
+    return re.fullmatch(r"(?:[A-Za-z]\.){2,}", word) is None
+
+
+def _is_line_boundary(document: str, sentence_start: int, newline: int, following: str) -> bool:
+    previous = document[sentence_start:newline].rstrip()
+    if not previous or previous[-1] in ".!?:;,-–—(":
+        return False
+    if not following.isupper():
+        return False
+    last_word = previous.split()[-1].lower().strip("*_")
+    return last_word not in _FUNCTION_WORDS
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _strip_possessive(word: str) -> str:
+    for suffix in ("'s", "’s"):
+        if word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN_RE.findall(text)
+
+
+def _normalise_space(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _is_verbish(token: str) -> bool:
+    word = token.lower()
+    if word in _AUX or word in _IRREGULAR_PAST:
+        return True
+    if len(word) > 3 and word.endswith("ed"):
+        return True
+    return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word.isalpha()
+
+
+def _is_strong_verb(token: str) -> bool:
+    word = token.lower()
+    return word in _AUX or word in _IRREGULAR_PAST or (len(word) > 3 and word.endswith("ed"))
+
+
+def _has_predicate(text: str) -> bool:
+    words = _tokens(text)
+    return len(words) >= 2 and any(w.islower() and w.isalpha() and w not in _FUNCTION_WORDS for w in words)
+
+
+def _name_like_initial(model: _Model, word: str, following: Sequence[str]) -> bool:
+    """Is a sentence-initial capitalised word a name (rather than a capitalised common noun)?"""
+    if not word[:1].isupper() or word in _CAPITALISED_STOP or word in _MONTH_WORDS or word in _WEEKDAY_WORDS:
+        return False
+    if word.isupper() and len(word) > 1:
+        return False
+    if word in model.known_names or word in model.noninitial_caps:
+        return True
+    rest = [w for w in following if w.lower() not in _ADVERBS]
+    if not rest:
+        return False
+    lowered = rest[0].lower()
+    if lowered in ("and", "or") and len(rest) > 1 and rest[1][:1].isupper():
+        return True
+    if lowered in _PLURAL_AUX:
+        return False  # "Meetings are", "Migrations were"
+    return _is_strong_verb(lowered) or (
+        len(lowered) > 2 and lowered.endswith("s") and not lowered.endswith("ss") and rest[0].islower()
+    )
+
+
+def _person_mentions(model: _Model, start: int, end: int, sentence_start: int) -> list[tuple[int, int, str]]:
+    """Capitalised name sequences in ``document[start:end]`` (a conservative over-approximation of people)."""
+    document = model.text
+    found: list[tuple[int, int, str]] = []
+    for match in _NAME_RE.finditer(document, start, end):
+        words = match.group().split()
+        first = _strip_possessive(words[0])
+        if first in _CAPITALISED_STOP or first in _MONTH_WORDS or first in _WEEKDAY_WORDS:
+            continue
+        before = document[max(sentence_start, match.start() - 4):match.start()].lower()
+        if before.endswith("the "):
+            continue
+        if match.start() == sentence_start:
+            tail = _tokens(document[match.end():min(end, match.end() + 60)])
+            if not _name_like_initial(model, first, tail):
+                continue
+        name = _strip_possessive(match.group())
+        found.append((match.start(), match.start() + len(name), name))
+    return found
+
+
+def _third_person(word: str) -> str:
+    lowered = word.lower()
+    irregular = {"am": "is", "have": "has", "do": "does", "don't": "doesn't", "don’t": "doesn’t",
+                 "haven't": "hasn't", "haven’t": "hasn’t", "go": "goes", "are": "is", "aren't": "isn't"}
+    if lowered in irregular:
+        return irregular[lowered]
+    if lowered in _AUX or lowered in _IRREGULAR_PAST or lowered in _MODALS or not lowered.isalpha():
+        return word
+    if lowered.endswith("ed"):
+        return word
+    if lowered.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return word + "es"
+    if lowered.endswith("y") and len(lowered) > 1 and lowered[-2] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def _join_names(names: Sequence[str]) -> str:
+    if len(names) <= 2:
+        return " and ".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+@dataclass
+class _Edit:
+    start: int
+    end: int
+    replacement: str
+    reason: str
+    detail: str
+    evidence: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass
+class _Part:
+    start: int
+    end: int
+    subject: str | None = None  # copied subject (shared-subject conjunct)
+    subject_span: tuple[int, int] | None = None
+
+
+@dataclass
+class _Attribution:
+    holder_text: str  # as written ("Ravi", "I", "he")
+    holder_span: tuple[int, int]
+    content_start: int
+    verb: str | None
+
+
+@dataclass
+class _Context:
+    item: ExtractionInput
+    model: _Model
+    title: str | None
+    title_span: tuple[int, int] | None
+    drafts: list[ClaimDraft] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
+        self.decisions.append(Decision(kind, reason, start, end, detail))
+
+
+def extract_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
+    """Run the rules provider on one passage (synchronous core of :class:`RulesClaimProvider`)."""
+    model = _parse_document(item.document)
+    title = item.title
+    title_span: tuple[int, int] | None = None
+    if model.first_heading is not None and (title is None or title.strip() == model.first_heading[0].strip()):
+        title, title_span = model.first_heading
+    ctx = _Context(item, model, title, title_span)
+    passage_start = max(0, item.passage.char_start)
+    passage_end = min(len(item.document), item.passage.char_end)
+    for start, end in model.meta_spans:
+        if passage_start <= start and end <= passage_end:
+            ctx.decide("selection_drop", "references_boilerplate", start, end,
+                       _normalise_space(item.document[start:end]))
+    for sentence in model.sentences:
+        if sentence.end <= passage_start or sentence.start >= passage_end:
+            continue
+        if sentence.start < passage_start or sentence.end > passage_end:
+            ctx.decide("claimify_omitted", "span_outside_chunk", sentence.start, sentence.end,
+                       "the statement crosses the passage boundary")
+            continue
+        _process_sentence(ctx, sentence)
+    return ctx.drafts, ctx.decisions
+
+
+def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
+    document = ctx.model.text
+    start, end = sentence.start, sentence.end
+    interjection = _INTERJECTION_RE.match(document[start:end])
+    if interjection and end - (start + interjection.end()) > 0:
+        start += interjection.end()
+    text = _normalise_space(_clean_markdown(document[start:end]))
+    in_turn = sentence.unit.speaker is not None
+
+    def drop(reason: str, detail: str | None = None) -> None:
+        ctx.decide("selection_drop", reason, start, end, detail or text[:200])
+
+    if _QUESTION_END_RE.search(document[start:end]):
+        return drop("question")
+    if _BOILERPLATE_RE.search(text):
+        return drop("references_boilerplate")
+    if _INTRO_RE.search(text):
+        return drop("intro")
+    if _CONCLUSION_RE.search(text):
+        return drop("conclusion")
+    if _NO_INFO_RE.search(text):
+        return drop("no_info")
+    if _LEADING_CONDITIONAL_RE.search(text):
+        return drop("hypothetical")
+
+    attribution = _detect_attribution(ctx, start, end)
+    parts = [_Part(start, end)] if attribution else _split_conjunctions(ctx, sentence, start, end)
+    for part in parts:
+        statement = _normalise_space(_clean_markdown(
+            (part.subject + " " if part.subject else "") + document[part.start:part.end]))
+        if attribution is None:
+            reason = _select(ctx, statement, in_turn)
+            if reason is not None:
+                ctx.decide("selection_drop", reason, part.start, part.end, statement[:200])
+                continue
+        _claimify(ctx, sentence, part, attribution, statement)
+
+
+def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
+    words = _tokens(statement)
+    if len(words) < 2 or not any(w.isalpha() and w.islower() for w in words) or _AGREEMENT_ONLY_RE.match(statement):
+        return "ambiguous"
+    if _ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
+                                        and not (len(words) > 1 and _is_verbish(words[1]))):
+        return "advice"
+    if _HYPOTHETICAL_RE.search(statement):
+        return "hypothetical"
+    if not _has_anchor(ctx, statement, in_turn):
+        return "generic"
+    opinion = None if in_turn else _OPINION_RE.search(statement)
+    if opinion is not None and not re.search(r"\d", statement[opinion.start():]):
+        return "opinion"  # a quantity stated as an opinion ("is too slow at 300 ms") is kept
+    return None
+
+
+def _has_anchor(ctx: _Context, statement: str, in_turn: bool) -> bool:
+    if re.search(r"\d", statement) or timeparse.find_time_expressions(statement, None):
+        return True
+    words = _tokens(statement)
+    for index, word in enumerate(words):
+        if index > 0 and word[0].isupper() and word != "I" and _strip_possessive(word) not in _CAPITALISED_STOP:
+            return True
+    if words and _name_like_initial(ctx.model, _strip_possessive(words[0]), words[1:]):
+        return True
+    lowered = [w.lower() for w in words]
+    pronouns = {"i", "we", "he", "she", "it", "they", "my", "our", "his", "her", "its", "their", "me", "us", "him",
+                "them", "i'm", "we're", "he's", "she's", "it's", "i'll", "we'll", "i've", "we've"}
+    if any(w in pronouns for w in lowered):
+        return True
+    specific = {"the", "this", "that", "these", "those", "my", "our", "your", "his", "her", "its", "their"}
+    return any(w in specific for w in lowered[:3])
+
+
+def _detect_attribution(ctx: _Context, start: int, end: int) -> _Attribution | None:
+    document = ctx.model.text
+    text = document[start:end]
+    for pattern in (_ATTR_AGREE_RE, _ATTR_TELL_RE, _ATTR_SAY_RE, _ATTR_ACCORDING_RE):
+        match = pattern.match(text)
+        if match is None:
+            continue
+        subject = match.group("subj")
+        if subject[0].isupper() and subject not in ("I", "We", "He", "She", "They"):
+            if subject.split()[0] in _CAPITALISED_STOP:
+                continue
+            if pattern is not _ATTR_ACCORDING_RE and not _name_like_initial(
+                    ctx.model, subject.split()[0], [match.group("verb")]):
+                continue
+        content = match.group("content")
+        content_words = _tokens(content)
+        if len(content_words) < 2 or content_words[0].lower() in _BAD_CONTENT_START:
+            continue
+        verb = match.group("verb") if "verb" in pattern.groupindex else None
+        return _Attribution(subject, (start + match.start("subj"), start + match.end("subj")),
+                            start + match.start("content"), verb)
+    match = _ATTR_TRAILING_RE.match(text)
+    if match is not None:
+        group = "subj" if match.group("subj") else "subj2"
+        subject = match.group(group)
+        if len(_tokens(match.group("content"))) >= 2 and subject.split()[0] not in _CAPITALISED_STOP:
+            return _Attribution(subject, (start + match.start(group), start + match.end(group)), start,
+                                match.group("verb") or match.group("verb2"))
+    return None
+
+
+def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int) -> list[_Part]:
+    document = ctx.model.text
+    text = document[start:end]
+    protected = [(e.start, e.end) for e in timeparse.find_time_expressions(text, None)]
+    parts: list[_Part] = []
+    cursor = 0
+    pending_subject: tuple[str, tuple[int, int]] | None = None
+    sentence_subject = _leading_subject(ctx, text, 0)
+    for match in _SEPARATOR_RE.finditer(text):
+        if match.start() < cursor or any(s <= match.start() < e for s, e in protected):
+            continue
+        if text.count("(", 0, match.start()) > text.count(")", 0, match.start()):
+            continue
+        if text.count('"', 0, match.start()) % 2 == 1:
+            continue
+        left = text[cursor:match.start()]
+        right = text[match.end():]
+        if not _has_predicate(left if pending_subject is None else pending_subject[0] + " " + left):
+            continue
+        subject: tuple[str, tuple[int, int]] | None = None
+        if ";" in match.group():
+            if len(_tokens(right)) < 2:
+                continue
+        elif _independent_clause(ctx, right):
+            pass
+        elif _shared_subject_start(right) and sentence_subject is not None:
+            subject = (sentence_subject[0], (start + sentence_subject[1][0], start + sentence_subject[1][1]))
+        else:
+            continue
+        parts.append(_make_part(document, start + cursor, start + match.start(), pending_subject))
+        pending_subject = subject
+        cursor = match.end()
+    parts.append(_make_part(document, start + cursor, end, pending_subject))
+    return [p for p in parts if p.end > p.start]
+
+
+def _make_part(document: str, start: int, end: int, subject: tuple[str, tuple[int, int]] | None) -> _Part:
+    while end > start and document[end - 1] in " \t\n,;:":
+        end -= 1
+    if subject is None:
+        return _Part(start, end)
+    return _Part(start, end, subject[0], subject[1])
+
+
+def _leading_subject(ctx: _Context, text: str, offset: int) -> tuple[str, tuple[int, int]] | None:
+    body = text[offset:]
+    pronoun = _LEADING_PRONOUN_RE.match(body)
+    if pronoun:
+        return pronoun.group(1), (offset, offset + pronoun.end(1))
+    name = _NAME_RE.match(body)
+    if name:
+        tail = _tokens(body[name.end():name.end() + 60])
+        first = name.group().split()[0]
+        if _name_like_initial(ctx.model, first, tail):
+            return name.group(), (offset, offset + name.end())
+        return None
+    np = _LEADING_NP_RE.match(body)
+    if np and _is_verbish(np.group(1)):
+        return np.group(), (offset, offset + np.end())
+    return None
+
+
+def _independent_clause(ctx: _Context, right: str) -> bool:
+    if _CONTRACTED_SUBJECT_RE.match(right):
+        return True
+    subject = _leading_subject(ctx, right, 0)
+    if subject is None:
+        return False
+    first = subject[0].split()[0]
+    if first in _MONTH_WORDS or first in _WEEKDAY_WORDS:
+        return False
+    rest = _tokens(right[subject[1][1]:])
+    while rest and rest[0].lower() in _ADVERBS:
+        rest = rest[1:]
+    if not rest or not _is_verbish(rest[0]):
+        return False
+    return len(rest) >= 2 or _is_strong_verb(rest[0])
+
+
+def _shared_subject_start(right: str) -> bool:
+    words = _tokens(right)
+    while words and words[0].lower() in _ADVERBS:
+        words = words[1:]
+    return bool(words) and words[0].islower() and _is_strong_verb(words[0])
+
+
+def _anchor_for(ctx: _Context, sentence: _Sentence) -> tuple[date | None, tuple[int, int] | None]:
+    unit = sentence.unit
+    if unit.turn_anchor is not None:
+        return unit.turn_anchor, unit.turn_anchor_span
+    best: tuple[date, tuple[int, int]] | None = None
+    for position, day, span in ctx.model.anchors:
+        if position < sentence.start:
+            best = (day, span)
+    if best is not None:
+        return best
+    if ctx.title:
+        title_day = timeparse.find_anchor_date(ctx.title)
+        if title_day is not None:
+            return title_day, ctx.title_span
+    if ctx.item.asserted_at is not None:
+        moment = ctx.item.asserted_at
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC)
+        return moment.date(), None
+    return None, None
+
+
+def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Attribution | None,
+              statement: str) -> None:
+    document = ctx.model.text
+    unit = sentence.unit
+    edits: list[_Edit] = []
+    evidence: list[tuple[int, int]] = []
+    flags: list[tuple[str, str]] = []
+    subject_text = part.subject
+
+    # 1. references: pronouns
+    resolution = _resolve_pronouns(ctx, sentence, part)
+    if isinstance(resolution, str):
+        ctx.decide("claimify_omitted", "unresolved_reference", part.start, part.end, resolution)
+        return
+    edits.extend(resolution)
+    if subject_text is not None and _LEADING_PRONOUN_RE.fullmatch(subject_text):
+        assert part.subject_span is not None
+        replaced = _resolve_subject_pronoun(ctx, sentence, part.subject_span)
+        if replaced is None:
+            ctx.decide("claimify_omitted", "unresolved_reference", part.start, part.end, subject_text)
+            return
+        subject_text, subject_evidence = replaced
+        evidence.extend(subject_evidence)
+        if part.subject == "I":
+            edits.extend(_conjugation_edit(document, part.start, part.end))
+    # 2. references: a partial reference the title completes
+    edits.extend(_title_expansions(ctx, part, edits))
+    # 3. dates
+    anchor, anchor_span = _anchor_for(ctx, sentence)
+    expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor)]
+    chosen = None
+    resolved = [e for e in expressions if e.resolved]
+    if resolved:
+        # a deictic phrase needs the anchor most; then a phrase with its own preposition or range ("by
+        # October", "from June to October") over a bare modifier ("the Q3 budget").
+        chosen = max(resolved, key=lambda e: (e.deictic, e.start < e.edit_start, -e.start))
+    for expression in expressions:
+        if expression is chosen:
+            continue
+        if expression.deictic:
+            flags.append(("unresolved_date", expression.text))
+    valid_from = valid_until = None
+    precision, kind = "unknown", None
+    if chosen is not None:
+        valid_from, valid_until, precision, kind = chosen.valid_from, chosen.valid_until, chosen.precision, chosen.kind
+        if kind == "event_time" and precision in ("month", "quarter", "year"):
+            outside = document[part.start:part.end]
+            outside = outside[:chosen.start] + outside[chosen.end:]
+            if re.search(r"\d", outside) and _MEASUREMENT_RE.search(outside):
+                kind = "measurement_period"
+        if chosen.replacement is not None:
+            edit = _Edit(part.start + chosen.edit_start, part.start + chosen.edit_end, chosen.replacement,
+                         "date_resolved", f"{chosen.text} -> {chosen.replacement}",
+                         (anchor_span,) if anchor_span is not None else ())
+            if not any(_overlaps(edit, other) for other in edits):
+                edits.append(edit)
+    # 4. build the text
+    body = _apply_edits(document, part.start, part.end, edits)
+    content = f"{subject_text} {body}" if subject_text else body
+    if part.subject_span is not None:
+        evidence.append(part.subject_span)
+        ctx.decide("decontext_edit", "subject_copied", part.start, part.end,
+                   f"{part.subject} (from the same sentence)")
+    attributed_to: str | None = None
+    is_attributed = False
+    if attribution is not None:
+        is_attributed = True
+        holder = attribution.holder_text
+        if holder in ("I",) and unit.speaker:
+            holder = unit.speaker
+        elif holder.lower() in ("he", "she", "we", "they"):
+            holder = _first_replacement(edits, attribution.holder_span) or holder
+        attributed_to = holder
+    if unit.speaker is not None:
+        is_attributed = True
+        own_statement = attribution is not None and attribution.holder_text == "I"
+        if not own_statement:
+            content = f"{unit.speaker} said that {_decapitalise(content)}"
+            ctx.decide("decontext_edit", "speaker_attributed", part.start, part.end,
+                       f"turn by {unit.speaker}")
+        attributed_to = unit.speaker
+        if unit.speaker_span is not None:
+            evidence.append(unit.speaker_span)
+    claim_text = _finalise(content)
+
+    for edit in edits:
+        ctx.decide("decontext_edit", edit.reason, edit.start, edit.end, edit.detail)
+        evidence.extend(edit.evidence)
+    if _HEDGE_RE.search(statement):
+        flags.append(("hedged", statement[:200]))
+    for reason, detail in flags:
+        ctx.decide("selection_keep_flagged", reason, part.start, part.end, detail)
+
+    origin = (part.start, part.end)
+    spans: list[EvidenceSpan] = [EvidenceSpan(*origin)]
+    for span in evidence:
+        if span[1] <= span[0] or (origin[0] <= span[0] and span[1] <= origin[1]):
+            continue
+        candidate = EvidenceSpan(*span)
+        if candidate not in spans:
+            spans.append(candidate)
+    source_span = document[part.start:part.end]
+    ctx.drafts.append(ClaimDraft(
+        claim_text=claim_text,
+        source_span=source_span,
+        char_start=part.start,
+        char_end=part.end,
+        evidence_spans=tuple(spans),
+        is_attributed=is_attributed,
+        attributed_to=attributed_to,
+        added_context=_added_words(claim_text, source_span),
+        temporal_class=_temporal_class(_content_text(document, part, attribution), precision),
+        valid_from=valid_from,
+        valid_until=valid_until,
+        valid_precision=precision,
+        valid_kind=kind,
+        kept_flagged=bool(flags),
+    ))
+
+
+def _overlaps(a: _Edit, b: _Edit) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+def _first_replacement(edits: Sequence[_Edit], span: tuple[int, int]) -> str | None:
+    for edit in edits:
+        if edit.start == span[0] and edit.end == span[1]:
+            return edit.replacement
+    return None
+
+
+def _apply_edits(document: str, start: int, end: int, edits: Sequence[_Edit]) -> str:
+    pieces: list[str] = []
+    cursor = start
+    for edit in sorted(edits, key=lambda e: e.start):
+        if edit.start < cursor:
+            continue
+        pieces.append(document[cursor:edit.start])
+        pieces.append(edit.replacement)
+        cursor = edit.end
+    pieces.append(document[cursor:end])
+    return "".join(pieces)
+
+
+def _clean_markdown(text: str) -> str:
+    text = _QUOTE_CONTINUATION_RE.sub(" ", text)
+    text = _MARKDOWN_LINK_RE.sub(r"\1", text)
+    return _MARKDOWN_EMPHASIS_RE.sub("", text)
+
+
+def _decapitalise(text: str) -> str:
+    words = text.split(" ", 1)
+    if words and words[0].lower() in _DECAP_WORDS and words[0] != "I":
+        return text[:1].lower() + text[1:]
+    return text
+
+
+def _finalise(content: str) -> str:
+    text = _normalise_space(_clean_markdown(content))
+    text = text.rstrip(",;:—–- ")
+    if text and text[-1] not in ".!?\"'’”)":
+        text += "."
+    if text and text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text
+
+
+def _added_words(claim_text: str, source_span: str) -> tuple[str, ...]:
+    source = {_strip_possessive(w).lower() for w in _tokens(source_span)}
+    added: list[str] = []
+    for word in _tokens(claim_text):
+        key = _strip_possessive(word).lower()
+        if key not in source and word not in added:
+            added.append(word)
+    return tuple(added)
+
+
+def _content_text(document: str, part: _Part, attribution: _Attribution | None) -> str:
+    """The asserted content of a part, without its attribution frame ("Ravi said", ", Dana said")."""
+    text = document[part.start:part.end]
+    if attribution is None:
+        return text
+    if attribution.content_start > part.start:
+        return document[attribution.content_start:part.end]
+    trailing = _ATTR_TRAILING_RE.match(text)
+    return trailing.group("content") if trailing else text
+
+
+def _temporal_class(content: str, precision: str) -> str:
+    """static: a dated or finished event; dynamic: a state or plan that can change; atemporal: a definition."""
+    if _ATEMPORAL_RE.search(content) and precision == "unknown":
+        return "atemporal"
+    if precision == "open":
+        return "dynamic"
+    if _PAST_RE.search(content) and not re.search(r"\b(?:will|is|are|am|has|have|owns|leads|needs)\b", content,
+                                                   re.IGNORECASE):
+        return "static"
+    return "dynamic"
+
+
+# --------------------------------------------------------------------------- reference resolution
+
+
+def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_Edit] | str:
+    """Edits that replace every pronoun in the part, or the pronoun that could not be resolved."""
+    document = ctx.model.text
+    text = document[part.start:part.end]
+    edits: list[_Edit] = []
+    if part.start == sentence.start and _DEMONSTRATIVE_SUBJECT_RE.match(text):
+        return text.split()[0]
+    for match in _PRONOUN_RE.finditer(text):
+        word = match.group(1)
+        lowered = word.lower().replace("’", "'")
+        start, end = part.start + match.start(1), part.start + match.end(1)
+        following = _tokens(text[match.end(1):match.end(1) + 40])
+        next_word = following[0] if following else None
+        base = lowered.split("'")[0]
+        if base in ("i", "me", "my", "mine", "myself"):
+            speaker = sentence.unit.speaker
+            if speaker is None:
+                return word
+            replacement = _contracted(speaker, lowered, next_word, possessive=base in ("my", "mine"))
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {speaker}",
+                               (sentence.unit.speaker_span,) if sentence.unit.speaker_span else ()))
+            if lowered == "i":
+                edits.extend(_conjugation_edit(document, end, part.end))
+        elif base in ("we", "us", "our", "ours", "ourselves"):
+            group = ctx.model.participants
+            if len(group) < 2:
+                return word
+            names = _join_names(group)
+            replacement = _contracted(names, lowered, next_word, possessive=base in ("our", "ours"), plural=True)
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {names}",
+                               (ctx.model.participants_span,) if ctx.model.participants_span else ()))
+        elif base in ("he", "him", "his", "himself", "she", "her", "hers", "herself"):
+            person = _unique_person_before(ctx, sentence, start)
+            if person is None:
+                return word
+            name, span = person
+            possessive = base in ("his", "hers") or (
+                base == "her" and next_word is not None and next_word.islower() and next_word not in _FUNCTION_WORDS
+                and next_word not in _AUX)
+            replacement = _contracted(name, lowered, next_word, possessive=possessive)
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {name}", (span,)))
+        elif base in ("it", "its", "itself"):
+            if base == "it" and _EXPLETIVE_IT_RE.match(text[match.end(1) - (2 if "'" in lowered else 0):]):
+                continue
+            antecedent = _unique_definite_np(ctx, sentence, start)
+            if antecedent is None:
+                return word
+            noun, span = antecedent
+            replacement = _contracted(noun, lowered, next_word, possessive=base == "its")
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {noun}", (span,)))
+        else:
+            return word
+    return edits
+
+
+def _resolve_subject_pronoun(ctx: _Context, sentence: _Sentence,
+                             span: tuple[int, int]) -> tuple[str, list[tuple[int, int]]] | None:
+    word = ctx.model.text[span[0]:span[1]]
+    lowered = word.lower()
+    if lowered == "i" and sentence.unit.speaker:
+        return sentence.unit.speaker, [sentence.unit.speaker_span] if sentence.unit.speaker_span else []
+    if lowered == "we" and len(ctx.model.participants) >= 2:
+        return _join_names(ctx.model.participants), [ctx.model.participants_span] if ctx.model.participants_span else []
+    if lowered in ("he", "she"):
+        person = _unique_person_before(ctx, sentence, span[0])
+        if person is not None:
+            return person[0], [person[1]]
+    if lowered == "it":
+        antecedent = _unique_definite_np(ctx, sentence, span[0])
+        if antecedent is not None:
+            return antecedent[0], [antecedent[1]]
+    return None
+
+
+def _contracted(base: str, pronoun: str, next_word: str | None, *, possessive: bool = False,
+                plural: bool = False) -> str:
+    if possessive:
+        return f"{base}'s"
+    if "'" not in pronoun:
+        return base
+    suffix = pronoun.split("'", 1)[1]
+    if suffix == "m":
+        return f"{base} is"
+    if suffix == "re":
+        return f"{base} {'are' if plural else 'is'}"
+    if suffix == "ve":
+        return f"{base} {'have' if plural else 'has'}"
+    if suffix == "ll":
+        return f"{base} will"
+    if suffix == "d":
+        return f"{base} would"
+    # 's: "is" or "has"
+    if next_word is not None and (next_word.lower() in ("been", "got") or next_word.lower().endswith("ed")):
+        return f"{base} has"
+    return f"{base} is"
+
+
+def _conjugation_edit(document: str, after: int, limit: int) -> list[_Edit]:
+    """Make the verb after a first-person subject agree with a third-person name ("I think" -> "thinks")."""
+    for match in _TOKEN_RE.finditer(document, after, limit):
+        word = match.group()
+        if word.lower() in _ADVERBS:
+            continue
+        if not word.islower() and word.lower() not in ("don't", "don’t"):
+            return []
+        conjugated = _third_person(word)
+        if conjugated == word:
+            return []
+        return [_Edit(match.start(), match.end(), conjugated, "pronoun_resolved", f"{word} -> {conjugated}")]
+    return []
+
+
+def _unique_person_before(ctx: _Context, sentence: _Sentence,
+                          position: int) -> tuple[str, tuple[int, int]] | None:
+    """The one person named in the passage before ``position``; None when there is none or more than one.
+
+    In a conversation the other speakers and participants also count as candidates (a "she" may be one
+    of them), so a pronoun resolves only when the text names exactly one person and nobody else is in play.
+    """
+    passage = ctx.item.passage
+    names: dict[str, tuple[str, tuple[int, int]]] = {}
+    for other in ctx.model.sentences:
+        if other.start >= position:
+            break
+        if other.start < passage.char_start or other.end > passage.char_end:
+            continue
+        for start, end, name in _person_mentions(ctx.model, other.start, min(other.end, position), other.start):
+            names[name.split()[0]] = (name, (start, end))
+    if len(names) != 1:
+        return None
+    speaker = sentence.unit.speaker
+    if speaker is not None:
+        others = {p.split()[0] for p in ctx.model.participants} | {
+            s.unit.speaker.split()[0] for s in ctx.model.sentences
+            if s.unit.speaker and passage.char_start <= s.start < passage.char_end}
+        others.discard(speaker.split()[0])
+        if others - set(names):
+            return None
+    return next(iter(names.values()))
+
+
+def _definite_nps(document: str, start: int, end: int) -> list[tuple[str, tuple[int, int]]]:
+    found = []
+    for match in _DEFINITE_NP_RE.finditer(document, start, end):
+        words = list(re.finditer(r"\S+", match.group(1)))
+        if any(w.group() in _FUNCTION_WORDS or w.group() in _AUX for w in words):
+            continue
+        following = document[match.end():match.end() + 2]
+        if len(words) > 1 and _is_verbish(words[-1].group()) and following[:1] == " " and following[1:2].isalpha():
+            # "the billing migration moves in Q2": the last word is the verb, not part of the noun phrase
+            words = words[:-1]
+        np_end = match.start(1) + words[-1].end()
+        found.append(("the " + " ".join(w.group() for w in words), (match.start(), np_end)))
+    return found
+
+
+def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tuple[str, tuple[int, int]] | None:
+    candidates = _definite_nps(ctx.model.text, sentence.start, position)
+    if not candidates and sentence.index > 0:
+        previous = ctx.model.sentences[sentence.index - 1]
+        candidates = _definite_nps(ctx.model.text, previous.start, previous.end)
+    distinct = {text for text, _ in candidates}
+    if len(distinct) != 1:
+        return None
+    return candidates[-1]
+
+
+def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:
+    if not ctx.title:
+        return []
+    title_words = _tokens(ctx.title)
+    modifiers: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for word in title_words:
+        counts[word.lower()] = counts.get(word.lower(), 0) + 1
+    for index, word in enumerate(title_words[1:], start=1):
+        previous = title_words[index - 1]
+        if not word.isalpha() or not previous.isalpha() or counts[word.lower()] != 1:
+            continue
+        if previous.lower() in _FUNCTION_WORDS or previous in _MONTH_WORDS or previous in ctx.model.known_names:
+            continue
+        if index - 1 > 0 and previous[0].isupper():
+            continue  # a proper noun inside the title
+        modifiers[word.lower()] = previous.lower()
+    edits: list[_Edit] = []
+    document = ctx.model.text
+    for match in _TITLE_REFERENCE_RE.finditer(document, part.start, part.end):
+        head = match.group(2)
+        modifier = modifiers.get(head)
+        if modifier is None:
+            continue
+        start, end = match.start(2), match.end(2)
+        edit = _Edit(start, end, f"{modifier} {head}", "reference_expanded",
+                     f"the {head} -> the {modifier} {head} (title)", (ctx.title_span,) if ctx.title_span else ())
+        if not any(_overlaps(edit, other) for other in [*existing, *edits]):
+            edits.append(edit)
+    return edits

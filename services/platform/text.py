@@ -1,0 +1,61 @@
+"""The one text analyzer for lexical search: indexing (pipeline) and querying (retrieval)
+must tokenise identically, so both import it from here.
+
+Lower case, accents folded (NFKD), words of letters and digits, English stop words
+dropped, and a light suffix stemmer so "migrations"/"migration" and "owns"/"owned"/"owning"
+meet. Deterministic and dependency free.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    s t""".split()
+)
+
+
+def fold(text: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def stem(word: str) -> str:
+    """A small, conservative English suffix stripper (not Porter; predictable)."""
+    if len(word) <= 3 or word.isdigit():
+        return word
+    for suffix, keep in (("ational", "ate"), ("ization", "ize"), ("iveness", "ive"), ("fulness", "ful"),
+                         ("ousness", "ous"), ("ations", "ate"), ("ation", "ate"), ("ements", "e"), ("ement", "e"),
+                         ("ments", ""), ("ment", ""), ("ings", ""), ("ing", ""), ("edly", ""), ("ies", "y"),
+                         ("ied", "y"), ("sses", "ss"), ("ed", ""), ("es", "e"), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)] + keep
+            if suffix in ("ing", "ed", "ings") and len(base) > 3 and base[-1] == base[-2] and base[-1] not in "lsz":
+                base = base[:-1]  # running -> run, planned -> plan
+            if suffix == "s" and word.endswith(("ss", "us", "is")):
+                return word
+            return base
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    out = []
+    for match in _WORD.finditer(fold(text)):
+        word = match.group(0).replace("’", "'").split("'")[0]
+        if word and word not in STOP_WORDS:
+            out.append(stem(word))
+    return out
+
+
+def term_frequencies(text: str) -> tuple[Counter[str], int]:
+    found = tokens(text)
+    return Counter(found), len(found)

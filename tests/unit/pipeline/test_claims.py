@@ -1,0 +1,424 @@
+"""The rules claim provider and the date resolver (pure domain, no I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, date, datetime
+
+import pytest
+
+from services.pipeline.domain import timeparse
+from services.pipeline.domain.claims import (
+    SELECTION_DROP_REASONS,
+    ClaimDraft,
+    ClaimProvider,
+    Decision,
+    ExtractionInput,
+    Passage,
+    RulesClaimProvider,
+    extract_claims,
+)
+from services.pipeline.domain.grounding import check_claim
+
+STANDUP = (
+    "# Stand-up, 17 September 2026\n"
+    "\n"
+    "Ravi said the billing migration moves from June to October, because the\n"
+    "invoice exporter needs a rewrite. Dana agreed and will tell finance.\n"
+    "Ravi owns the invoice exporter.\n"
+)
+CONVERSATION = (
+    "# Billing migration stand-up — 2026-09-17\n"
+    "\n"
+    "Participants: Dana, Ravi\n"
+    "\n"
+    "[t1 | 2026-09-17T09:30:00Z] Dana: Where are we on the invoice exporter?\n"
+    "\n"
+    "[t2 | 2026-09-17T09:31:10Z] Ravi: It needs a rewrite. The migration moves from June to October.\n"
+    "\n"
+    "[t3 | 2026-09-17T09:32:05Z] Dana: Agreed. I will tell finance today.\n"
+)
+SEPT_17 = datetime(2026, 9, 17, 9, 30, tzinfo=UTC)
+
+
+def midnight(year: int, month: int, day: int) -> datetime:
+    return datetime(year, month, day, tzinfo=UTC)
+
+
+def run(document: str, asserted_at: datetime | None = SEPT_17, title: str | None = None,
+        passage: tuple[int, int] | None = None) -> tuple[list[ClaimDraft], list[Decision]]:
+    start, end = passage if passage is not None else (0, len(document))
+    item = ExtractionInput(document, Passage("chunk-1", start, end), asserted_at, title)
+    claims, decisions = extract_claims(item)
+    for claim in claims:
+        assert document[claim.char_start:claim.char_end] == claim.source_span
+        assert start <= claim.char_start < claim.char_end <= end
+        assert (claim.evidence_spans[0].char_start, claim.evidence_spans[0].char_end) == (
+            claim.char_start, claim.char_end)
+        assert check_claim(item, claim) is None, (claim, check_claim(item, claim))
+    for decision in decisions:
+        assert 0 <= decision.char_start <= decision.char_end <= len(document)
+    return claims, decisions
+
+
+def by_text(claims: list[ClaimDraft]) -> dict[str, ClaimDraft]:
+    return {claim.claim_text: claim for claim in claims}
+
+
+def drops(decisions: list[Decision], document: str) -> dict[str, str]:
+    return {document[d.char_start:d.char_end]: d.reason for d in decisions if d.kind == "selection_drop"}
+
+
+def blocks(document: str) -> list[tuple[int, int]]:
+    """Passages = blank-line separated blocks, as the chunker cuts a conversation."""
+    spans, start = [], 0
+    for piece in document.split("\n\n"):
+        stripped = piece.strip("\n")
+        if stripped:
+            offset = document.index(stripped, start)
+            spans.append((offset, offset + len(stripped)))
+            start = offset + len(stripped)
+    return spans
+
+
+# --------------------------------------------------------------------------- seed examples
+
+
+def test_quickstart_standup() -> None:
+    claims, decisions = run(STANDUP)
+    texts = by_text(claims)
+
+    owns = texts["Ravi owns the invoice exporter."]
+    assert owns.source_span == "Ravi owns the invoice exporter."
+    assert owns.char_start == STANDUP.index("Ravi owns")
+    assert not owns.is_attributed and owns.valid_precision == "unknown" and owns.valid_from is None
+    assert owns.added_context == ()
+
+    said = next(c for c in claims if c.claim_text.startswith("Ravi said"))
+    assert said.is_attributed and said.attributed_to == "Ravi"
+    assert "billing migration moves from June to October 2026" in said.claim_text
+    assert "because the invoice exporter needs a rewrite" in said.claim_text
+    assert said.source_span.startswith("Ravi said the billing migration") and "\n" in said.source_span
+    # "moves from June to October": the move's (new) time is October; the heading dated it.
+    assert (said.valid_from, said.valid_until) == (midnight(2026, 10, 1), midnight(2026, 10, 31))
+    assert said.valid_precision == "month" and said.valid_kind == "event_time"
+    heading = STANDUP.index("Stand-up")
+    assert any(span.char_start == heading for span in said.evidence_spans[1:])
+
+    tell = texts["Dana will tell finance."]
+    assert tell.source_span == "will tell finance."
+    assert tell.added_context == ("Dana",)
+    dana = STANDUP.index("Dana agreed")
+    assert (tell.evidence_spans[1].char_start, tell.evidence_spans[1].char_end) == (dana, dana + 4)
+    assert tell.temporal_class == "dynamic" and not tell.is_attributed
+    assert drops(decisions, STANDUP) == {"Dana agreed": "ambiguous"}
+    assert any(d.kind == "decontext_edit" and d.reason == "subject_copied" for d in decisions)
+    assert len(claims) == 3
+
+
+@pytest.mark.parametrize("per_turn", [True, False])
+def test_conversation_turns_resolve_speakers_and_dates(per_turn: bool) -> None:
+    title = "Billing migration stand-up — 2026-09-17"
+    passages = blocks(CONVERSATION) if per_turn else [(0, len(CONVERSATION))]
+    claims: list[ClaimDraft] = []
+    decisions: list[Decision] = []
+    for passage in passages:
+        found, decided = run(CONVERSATION, SEPT_17, title, passage)
+        claims += found
+        decisions += decided
+    texts = by_text(claims)
+    assert set(texts) == {
+        "Ravi said that the invoice exporter needs a rewrite.",
+        "Ravi said that the billing migration moves from June to October 2026.",
+        "Dana said that Dana will tell finance on 17 September 2026.",
+    }
+    rewrite = texts["Ravi said that the invoice exporter needs a rewrite."]
+    assert rewrite.source_span == "It needs a rewrite."
+    assert rewrite.is_attributed and rewrite.attributed_to == "Ravi"
+    t1_np = CONVERSATION.index("the invoice exporter?")
+    assert any(s.char_start == t1_np for s in rewrite.evidence_spans)  # the antecedent, in turn t1
+
+    moves = texts["Ravi said that the billing migration moves from June to October 2026."]
+    assert moves.source_span == "The migration moves from June to October."
+    assert moves.valid_precision == "month"
+
+    tell = texts["Dana said that Dana will tell finance on 17 September 2026."]
+    assert tell.source_span == "I will tell finance today."
+    assert tell.attributed_to == "Dana"
+    assert (tell.valid_from, tell.valid_until) == (midnight(2026, 9, 17), midnight(2026, 9, 17))
+    assert tell.valid_precision == "day" and tell.valid_kind == "event_time"
+    stamp = CONVERSATION.index("2026-09-17T09:32:05Z")
+    assert any(s.char_start == stamp for s in tell.evidence_spans)  # resolved against t3's own timestamp
+
+    reasons = drops(decisions, CONVERSATION)
+    assert reasons["Where are we on the invoice exporter?"] == "question"
+    assert reasons["Agreed."] == "ambiguous"
+    assert reasons["Participants: Dana, Ravi"] == "references_boilerplate"
+    edits = {d.reason for d in decisions if d.kind == "decontext_edit"}
+    assert {"speaker_attributed", "pronoun_resolved", "date_resolved", "reference_expanded"} <= edits
+
+
+def test_turn_timestamp_wins_over_document_date() -> None:
+    document = (
+        "# Thread\n\n"
+        "[t1 | 2026-09-17T09:30:00Z] Dana: Ravi shipped the exporter yesterday.\n\n"
+        "[t2 | 2026-09-24T10:00:00Z] Ravi: Dana reviewed the exporter yesterday.\n"
+    )
+    claims, _ = run(document, asserted_at=SEPT_17)
+    texts = by_text(claims)
+    assert texts["Dana said that Ravi shipped the exporter on 16 September 2026."].valid_from == midnight(2026, 9, 16)
+    assert texts["Ravi said that Dana reviewed the exporter on 23 September 2026."].valid_from == midnight(2026, 9, 23)
+
+
+def test_seed_transcript_claim() -> None:
+    document = "**Ravi:** Dana and I agreed yesterday to move the cutover to June 8.\n"
+    claims, _ = run(document, asserted_at=datetime(2026, 3, 4, 15, 0, tzinfo=UTC))
+    (claim,) = claims
+    assert claim.claim_text == "Ravi said that Dana and Ravi agreed on 3 March 2026 to move the cutover to June 8."
+    assert claim.source_span == "Dana and I agreed yesterday to move the cutover to June 8."
+    assert claim.is_attributed and claim.attributed_to == "Ravi"
+    assert claim.valid_from == claim.valid_until == midnight(2026, 3, 3)
+    assert claim.valid_precision == "day"
+
+
+def test_seed_time_examples() -> None:
+    (kickoff,), _ = run("Ravi has been on the billing migration since yesterday.",
+                        asserted_at=datetime(2026, 1, 15, 10, tzinfo=UTC))
+    assert kickoff.claim_text == "Ravi has been on the billing migration since 14 January 2026."
+    assert kickoff.valid_from == midnight(2026, 1, 14) and kickoff.valid_until is None
+    assert kickoff.valid_precision == "open" and kickoff.valid_kind == "effective_period"
+
+    (retro,), _ = run("Ravi moved from the billing migration to the search team on 1 June.",
+                      asserted_at=datetime(2026, 6, 12, 14, tzinfo=UTC))
+    assert retro.claim_text == "Ravi moved from the billing migration to the search team on 1 June 2026."
+    assert retro.valid_from == retro.valid_until == midnight(2026, 6, 1)
+    assert retro.valid_precision == "day" and retro.valid_kind == "event_time" and retro.temporal_class == "static"
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@pytest.mark.parametrize(("sentence", "reason"), [
+    ("Is the exporter done?", "question"),
+    ("If we delayed the cutover, costs would rise.", "hypothetical"),
+    ("Ravi might join the search team.", "hypothetical"),
+    ("The cutover would slip without Dana.", "hypothetical"),
+    ("You should back up the database first.", "advice"),
+    ("Let's ship the exporter on Friday.", "advice"),
+    ("Make sure the nightly backups run.", "advice"),
+    ("Use the new exporter for invoices.", "advice"),
+    ("Meetings are useful.", "generic"),
+    ("Migrations are risky.", "generic"),
+    ("The plan is great.", "opinion"),
+    ("This approach is much cleaner.", "opinion"),
+    ("This section covers the billing migration.", "intro"),
+    ("In summary, the migration is on track.", "conclusion"),
+    ("We don't know yet.", "no_info"),
+    ("Agreed.", "ambiguous"),
+    ("Copyright 2026 Example Corp.", "references_boilerplate"),
+])
+def test_selection_drops(sentence: str, reason: str) -> None:
+    assert reason in SELECTION_DROP_REASONS
+    document = f"Ravi owns the exporter. {sentence}"
+    claims, decisions = run(document)
+    assert [c.claim_text for c in claims] == ["Ravi owns the exporter."]
+    assert drops(decisions, document) == {sentence.rstrip(): reason}
+
+
+def test_attributed_stances_are_kept() -> None:
+    document = ("Dana thinks the plan is risky. According to Ravi, the exporter is late. "
+                "The cutover is too tight, Dana said. Mei told Lars that the exporter ships in October.")
+    claims, decisions = run(document)
+    texts = by_text(claims)
+    assert texts["Dana thinks the plan is risky."].attributed_to == "Dana"
+    assert texts["According to Ravi, the exporter is late."].attributed_to == "Ravi"
+    assert texts["The cutover is too tight, Dana said."].attributed_to == "Dana"
+    told = texts["Mei told Lars that the exporter ships in October 2026."]
+    assert told.attributed_to == "Mei" and told.valid_precision == "month"
+    assert all(c.is_attributed for c in claims)
+    assert not [d for d in decisions if d.kind == "selection_drop"]
+
+
+def test_speaker_opinion_is_an_attributed_stance() -> None:
+    document = "[t1 | 2026-09-17T09:30:00Z] Dana: The plan is great. I think the cutover is too tight.\n"
+    claims, _ = run(document)
+    texts = by_text(claims)
+    assert texts["Dana said that the plan is great."].attributed_to == "Dana"
+    assert texts["Dana thinks the cutover is too tight."].is_attributed
+
+
+def test_hedged_statement_is_kept_flagged() -> None:
+    document = "Ravi probably owns the exporter."
+    (claim,), decisions = run(document)
+    assert claim.kept_flagged
+    assert [(d.kind, d.reason) for d in decisions] == [("selection_keep_flagged", "hedged")]
+
+
+# --------------------------------------------------------------------------- segmentation and splitting
+
+
+def test_sentence_segmentation_keeps_abbreviations_together() -> None:
+    document = ("Dr. Okafor joined the platform team in Q2. Revenue grew 3.5 percent, e.g. in the EU. "
+                "Ravi S. owns the exporter. Mr. Lee leads billing.")
+    claims, _ = run(document, asserted_at=None)
+    assert [c.source_span for c in claims] == [
+        "Dr. Okafor joined the platform team in Q2.",
+        "Revenue grew 3.5 percent, e.g. in the EU.",
+        "Ravi S. owns the exporter.",
+        "Mr. Lee leads billing.",
+    ]
+    assert claims[0].valid_precision == "unknown"  # "Q2" with no date to give it a year
+
+
+def test_conjunction_split_gives_each_part_its_own_span() -> None:
+    document = "Ravi owns the exporter and Dana leads billing. Ravi and Dana own the importer."
+    claims, _ = run(document)
+    assert [(c.claim_text, c.source_span) for c in claims] == [
+        ("Ravi owns the exporter.", "Ravi owns the exporter"),
+        ("Dana leads billing.", "Dana leads billing."),
+        ("Ravi and Dana own the importer.", "Ravi and Dana own the importer."),
+    ]
+
+
+def test_no_split_inside_a_date_range_or_an_object_list() -> None:
+    document = "Ravi worked on billing between June and August. Dana owns the exporter and the importer."
+    claims, _ = run(document)
+    assert [c.source_span for c in claims] == [
+        "Ravi worked on billing between June and August.", "Dana owns the exporter and the importer."]
+    assert claims[0].claim_text == "Ravi worked on billing between June and August 2026."
+    assert claims[0].valid_kind == "effective_period"
+
+
+# --------------------------------------------------------------------------- references
+
+
+def test_pronoun_resolved_to_the_only_named_person() -> None:
+    document = "Ravi joined the search team in January. He owns the exporter."
+    claims, decisions = run(document)
+    texts = by_text(claims)
+    he = texts["Ravi owns the exporter."]
+    assert he.source_span == "He owns the exporter."
+    assert he.added_context == ("Ravi",)
+    assert any(d.reason == "pronoun_resolved" and d.detail == "He -> Ravi" for d in decisions)
+
+
+def test_ambiguous_or_unanchored_pronouns_are_omitted() -> None:
+    document = "Ravi met Dana yesterday. He was late. I will tell finance. They shipped it."
+    claims, decisions = run(document)
+    assert [c.source_span for c in claims] == ["Ravi met Dana yesterday."]
+    omitted = [(document[d.char_start:d.char_end], d.detail) for d in decisions if d.kind == "claimify_omitted"]
+    assert omitted == [("He was late.", "He"), ("I will tell finance.", "I"), ("They shipped it.", "They")]
+    assert all(d.reason == "unresolved_reference" for d in decisions if d.kind == "claimify_omitted")
+
+
+def test_we_resolves_to_the_participants() -> None:
+    document = "Participants: Dana, Ravi\n\nDana: We shipped the exporter yesterday.\n"
+    (claim,), _ = run(document)
+    assert claim.claim_text == "Dana said that Dana and Ravi shipped the exporter on 16 September 2026."
+    assert claim.valid_precision == "day"
+
+
+def test_first_person_verb_agrees_with_the_speaker() -> None:
+    document = "Ravi: I own the exporter and I'm on call this week.\n"
+    claims, _ = run(document)
+    assert [c.claim_text for c in claims] == [
+        "Ravi said that Ravi owns the exporter.",
+        "Ravi said that Ravi is on call in the week of 14 September 2026.",
+    ]
+
+
+# --------------------------------------------------------------------------- passages and dates
+
+
+def test_only_statements_inside_the_passage() -> None:
+    document = "Ravi owns the exporter.\n\nDana leads billing.\n\nMei runs the search index."
+    start = document.index("Dana")
+    claims, decisions = run(document, passage=(start, start + len("Dana leads billing.")))
+    assert [c.claim_text for c in claims] == ["Dana leads billing."]
+    claims, decisions = run(document, passage=(start, start + 10))
+    assert claims == []
+    assert [(d.kind, d.reason) for d in decisions] == [("claimify_omitted", "span_outside_chunk")]
+
+
+def test_relative_date_without_anchor_is_left_as_spoken() -> None:
+    document = "Ravi deployed the exporter yesterday."
+    (claim,), decisions = run(document, asserted_at=None)
+    assert claim.claim_text == document
+    assert claim.valid_precision == "unknown" and claim.valid_from is None and claim.valid_until is None
+    assert claim.kept_flagged
+    assert [(d.kind, d.reason) for d in decisions] == [("selection_keep_flagged", "unresolved_date")]
+
+
+def test_heading_date_anchors_relative_dates() -> None:
+    document = "# Retro, 12 June 2026\n\nRavi moved to the search team last Friday.\n"
+    (claim,), _ = run(document, asserted_at=None)
+    assert claim.claim_text == "Ravi moved to the search team on 5 June 2026."
+    assert claim.valid_from == midnight(2026, 6, 5)
+
+
+def test_provider_protocol() -> None:
+    provider: ClaimProvider = RulesClaimProvider()
+    assert (provider.name, provider.version) == ("rules", "rules/1")
+    item = ExtractionInput(STANDUP, Passage("c", 0, len(STANDUP)), SEPT_17, None)
+    claims, decisions = asyncio.run(provider.extract(item))
+    assert (claims, decisions) == extract_claims(item)
+
+
+ANCHOR = date(2026, 9, 17)  # a Thursday
+
+
+@pytest.mark.parametrize(("phrase", "replacement", "start", "end", "precision", "kind"), [
+    ("yesterday", "on 16 September 2026", (2026, 9, 16), (2026, 9, 16), "day", "event_time"),
+    ("today", "on 17 September 2026", (2026, 9, 17), (2026, 9, 17), "day", "event_time"),
+    ("tomorrow", "on 18 September 2026", (2026, 9, 18), (2026, 9, 18), "day", "event_time"),
+    ("last Friday", "on 11 September 2026", (2026, 9, 11), (2026, 9, 11), "day", "event_time"),
+    ("next week", "in the week of 21 September 2026", (2026, 9, 21), (2026, 9, 27), "day", "event_time"),
+    ("on 1 June", "1 June 2026", (2026, 6, 1), (2026, 6, 1), "day", "event_time"),
+    ("since January", "January 2026", (2026, 1, 1), None, "open", "effective_period"),
+    ("in Q2", "Q2 2026", (2026, 4, 1), (2026, 6, 30), "quarter", "event_time"),
+    ("by October", "October 2026", None, (2026, 10, 31), "month", "event_time"),
+    ("from June to October", "June to October 2026", (2026, 6, 1), (2026, 10, 31), "month", "effective_period"),
+    ("last month", "in August 2026", (2026, 8, 1), (2026, 8, 31), "month", "event_time"),
+    ("last year", "in 2025", (2025, 1, 1), (2025, 12, 31), "year", "event_time"),
+    ("last quarter", "in Q2 2026", (2026, 4, 1), (2026, 6, 30), "quarter", "event_time"),
+    ("3 days ago", "on 14 September 2026", (2026, 9, 14), (2026, 9, 14), "day", "event_time"),
+    ("until next month", "October 2026", None, (2026, 10, 31), "month", "effective_period"),
+    ("from November to February", "November 2026 to February 2027", (2026, 11, 1), (2027, 2, 28), "month",
+     "effective_period"),
+    ("in 2025", None, (2025, 1, 1), (2025, 12, 31), "year", "event_time"),
+    ("since 2024", None, (2024, 1, 1), None, "open", "effective_period"),
+    ("on 2026-06-01", None, (2026, 6, 1), (2026, 6, 1), "day", "event_time"),
+])
+def test_date_resolution_table(phrase: str, replacement: str | None, start: tuple[int, int, int] | None,
+                               end: tuple[int, int, int] | None, precision: str, kind: str) -> None:
+    expression = timeparse.resolve(phrase, ANCHOR)
+    assert expression is not None
+    assert expression.replacement == replacement
+    assert expression.valid_from == (midnight(*start) if start else None)
+    assert expression.valid_until == (midnight(*end) if end else None)
+    assert (expression.precision, expression.kind) == (precision, kind)
+
+
+@pytest.mark.parametrize("phrase", ["a few weeks ago", "on Friday", "two weeks ago"])
+def test_vague_dates_stay_unresolved(phrase: str) -> None:
+    expression = timeparse.resolve(phrase, ANCHOR)
+    assert expression is not None and not expression.resolved and expression.replacement is None
+
+
+@pytest.mark.parametrize("phrase", ["yesterday", "last Friday", "in Q2", "since January"])
+def test_relative_dates_need_an_anchor(phrase: str) -> None:
+    expression = timeparse.resolve(phrase, None)
+    assert expression is not None and expression.precision == "unknown" and expression.replacement is None
+
+
+def test_reschedule_takes_the_new_date() -> None:
+    expression = timeparse.resolve("the cutover moves from June to October", ANCHOR)
+    assert expression is not None
+    assert (expression.valid_from, expression.valid_until) == (midnight(2026, 10, 1), midnight(2026, 10, 31))
+    assert expression.kind == "event_time"
+
+
+def test_may_the_modal_is_not_a_month() -> None:
+    assert timeparse.find_time_expressions("We may ship the exporter.", ANCHOR) == []
+    expression = timeparse.resolve("Ravi left in May.", ANCHOR)
+    assert expression is not None and expression.valid_from == midnight(2026, 5, 1)
