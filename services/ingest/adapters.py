@@ -17,6 +17,7 @@ from services.platform.auth import Caller
 from services.platform.db import Database
 from services.platform.errors import SCOPE_TOO_NARROW, PermissionDenied
 from services.platform.stages import COMPONENT_VERSION, FIRST_STAGE
+from services.platform.support import facts_of_claims, refresh_support
 
 # A document is visible when its ACL is empty or shares a principal with the caller;
 # $2 is NULL for callers that see the whole space (trusted keys, open stack).
@@ -39,7 +40,7 @@ class DeletionHook(Protocol):
 async def retire_claims(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
                         version_ids: Sequence[uuid.UUID]) -> tuple[int, int, int]:
     """The document's claims stop being current testimony (``version_deleted``); they stay
-    as history. Facts they alone supported are retracted by the facts hook (Pipeline part 2)."""
+    as history. Facts they alone supported are retracted; shared facts lose one supporter."""
     rows = await conn.fetch(
         """UPDATE claims SET is_current_testimony = false
             WHERE doc_id = $1 AND is_current_testimony RETURNING claim_id, version_id""", doc_id)
@@ -50,7 +51,9 @@ async def retire_claims(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: u
                                                       reason, from_version_id)
                VALUES ($1, $2, $3, $4, false, 'version_deleted', $5)""",
             [(space_id, r["claim_id"], doc_id, reconciliation, r["version_id"]) for r in rows])
-    return len(rows), 0, 0
+    facts = await facts_of_claims(conn, [r["claim_id"] for r in rows])
+    relations, observations = await refresh_support(conn, space_id, facts, retract=True)
+    return len(rows), relations, observations
 
 
 class PgIngestRepository:

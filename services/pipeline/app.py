@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
 from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import build_sections, chunk, parse_blocks, reuse_plan
-from services.pipeline.domain.work import NOT_BUILT_NOTE, NOT_BUILT_STAGES, StageFailure
+from services.pipeline.domain.work import StageFailure
 from services.platform import telemetry
 
 if TYPE_CHECKING:
     from services.pipeline.adapters.converters import Converter
     from services.pipeline.adapters.embeddings import EmbeddingProvider
+    from services.pipeline.adapters.facts_writer import FactsWriter
     from services.pipeline.adapters.queue import Claimed, PgQueue, Wakeup
     from services.pipeline.adapters.store import PgStageStore, VersionSource
     from services.platform.objectstore import ObjectStore
@@ -52,8 +53,10 @@ def representation_key(sha256: str) -> str:
 
 class Stages:
     def __init__(self, store: PgStageStore, objects: ObjectStore, converters: Mapping[str, Converter],
-                 embeddings: EmbeddingProvider, claims: ClaimProvider, *, chunk_token_budget: int,
-                 embed_batch_size: int) -> None:
+                 embeddings: EmbeddingProvider, claims: ClaimProvider, facts: FactsWriter, *,
+                 chunk_token_budget: int, embed_batch_size: int, confidence_floor: float = 0.75) -> None:
+        self.facts = facts
+        self.confidence_floor = confidence_floor
         self.store = store
         self.objects = objects
         self.converters = converters
@@ -65,8 +68,6 @@ class Stages:
         self.extract_calls = 0  # how many chunks went to the claim provider (tests count them)
 
     async def run(self, unit: Claimed) -> Done | Park:
-        if unit.stage in NOT_BUILT_STAGES:
-            return Done(skipped_note=NOT_BUILT_NOTE)
         handler = getattr(self, f"_{unit.stage}")
         source = await self.store.version(unit.version_id)
         return await handler(unit, source)
@@ -236,6 +237,48 @@ class Stages:
         async def write(conn: Any) -> None:
             await self.store.save_claims(conn, source, row.chunk_id, kept, all_decisions, extractor=version,
                                          asserted_at=asserted)
+
+        return Done(write)
+
+
+    # --- facts (Pipeline part 2) --------------------------------------------------------
+
+    async def _normalize_relations(self, unit: Claimed, source: VersionSource) -> Done:
+        async def write(conn: Any) -> None:
+            await self.facts.normalize(conn, source)
+
+        return Done(write)
+
+    async def _adjudicate_observations(self, unit: Claimed, source: VersionSource) -> Done:
+        async def write(conn: Any) -> None:
+            await self.facts.adjudicate(conn, source, floor=self.confidence_floor)
+
+        return Done(write)
+
+    async def _adjudicate_supersession(self, unit: Claimed, source: VersionSource) -> Done:
+        async def write(conn: Any) -> None:
+            await self.facts.settle_counts(conn, source)
+
+        return Done(write)
+
+    async def _reconcile(self, unit: Claimed, source: VersionSource) -> Done:
+        async def write(conn: Any) -> None:
+            await self.facts.reconcile(conn, source)
+
+        return Done(write)
+
+    async def _label_relation(self, unit: Claimed, source: VersionSource) -> Done:
+        facts, profiles = await self.facts.labels_and_profiles(source)
+        fixed = await self.store.space_model(source.space_id)
+        self._check_model(fixed)
+        fact_vectors = await self._call_embeddings(unit, source, [f["label"] for f in facts]) if facts else []
+        entity_ids = list(profiles)
+        profile_vectors = (await self._call_embeddings(unit, source, [profiles[e] for e in entity_ids])
+                           if entity_ids else [])
+
+        async def write(conn: Any) -> None:
+            await self.facts.save_labels(conn, source, facts, fact_vectors, profiles,
+                                         dict(zip(entity_ids, profile_vectors, strict=True)), self.embeddings.model)
 
         return Done(write)
 

@@ -8,6 +8,7 @@ import socket
 
 from services.pipeline.adapters.converters import build_converters
 from services.pipeline.adapters.embeddings import build_embedding_provider
+from services.pipeline.adapters.facts_writer import FactsWriter
 from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
 from services.pipeline.api import PipelineServicer
@@ -44,7 +45,7 @@ async def build(settings: Settings) -> ServiceSpec:
                     backoff_base_s=settings.work_retry_backoff_base_s,
                     backoff_max_s=settings.work_retry_backoff_max_s, max_attempts=settings.work_max_attempts)
     stages = Stages(PgStageStore(platform.db), store, build_converters(settings.conversion_routes),
-                    embedding_provider(settings), claim_provider(settings),
+                    embedding_provider(settings), claim_provider(settings), FactsWriter(platform.db),
                     chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size)
     assert settings.database_url is not None
     worker = Worker(queue, stages, Wakeup(settings.database_url), concurrency=settings.worker_concurrency,

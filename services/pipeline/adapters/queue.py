@@ -58,12 +58,14 @@ class PgQueue:
         self.max_attempts = max_attempts
 
     async def claim(self, limit: int) -> list[Claimed]:
+        await self._bury_poison()
         rows = await self.db.fetch(
             """WITH next AS (
                    SELECT work_id FROM work_units
                     WHERE ((status IN ('pending', 'failed') AND defer_reason IS DISTINCT FROM 'no_route'
                             AND not_before <= clock_timestamp())
-                        OR (status = 'running' AND lease_expires_at < clock_timestamp()))
+                        OR (status = 'running' AND lease_expires_at < clock_timestamp()
+                            AND attempts < max_attempts))
                     ORDER BY not_before, created_at
                     LIMIT $1
                     FOR UPDATE SKIP LOCKED)
@@ -82,6 +84,22 @@ class PgQueue:
                 "UPDATE document_versions SET status = 'converting' WHERE version_id = ANY($1::uuid[]) "
                 "AND status = 'ingesting'", converting)
         return claimed
+
+    async def _bury_poison(self) -> None:
+        """A unit whose worker died on every attempt (its lease expired with no failure
+        recorded) would otherwise be reclaimed forever and take each new worker down with it."""
+        await self.db.execute(
+            """WITH poisoned AS (
+                   UPDATE work_units
+                      SET status = 'dead_letter', error_class = 'unknown', lease_owner = NULL, lease_expires_at = NULL,
+                          last_error = 'the worker running this unit stopped before finishing on every attempt',
+                          updated_at = clock_timestamp()
+                    WHERE status = 'running' AND lease_expires_at < clock_timestamp() AND attempts >= max_attempts
+                RETURNING version_id)
+               UPDATE document_versions SET status = 'failed', failure_reason = 'unknown', error = $1
+                WHERE version_id IN (SELECT version_id FROM poisoned) AND status <> 'deleted'""",
+            FAILURE_SENTENCES["unknown"],
+        )
 
     async def renew(self, unit: Claimed) -> bool:
         result = await self.db.execute(
@@ -202,7 +220,9 @@ class PgQueue:
                                                            AND s.stage = 'structure' AND s.status = 'succeeded')
                                             THEN 'ready' ELSE 'ingesting' END,
                               failure_reason = NULL, error = NULL
-                        WHERE version_id = $1 AND status = 'failed'""", row["version_id"])
+                        WHERE version_id = $1 AND status = 'failed'
+                          AND NOT EXISTS (SELECT 1 FROM work_units d WHERE d.version_id = v.version_id
+                                            AND d.status = 'dead_letter')""", row["version_id"])
             return row
 
     async def resume_no_route(self, routes: set[str], space_id: uuid.UUID | None) -> list[uuid.UUID]:

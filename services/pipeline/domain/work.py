@@ -8,12 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Stages built by a later issue complete as `skipped` with this note, so readiness says
-# what ran instead of waiting forever or pretending.
-NOT_BUILT_STAGES = ("normalize_relations", "adjudicate_observations", "adjudicate_supersession", "reconcile",
-                    "label_relation")
-NOT_BUILT_NOTE = "not built yet: facts, entities and reconciliation arrive with Pipeline part 2"
-
 # Per-chunk stages: one unit per chunk (unit_key = chunk ordinal), paired one to one.
 PER_CHUNK = ("extract_claims", "ground_claims")
 LINEAR = ("convert", "structure", "chunk", "embed_chunk")

@@ -187,3 +187,45 @@ CREATE TABLE document_crossrefs (
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX document_crossrefs_from ON document_crossrefs (space_id, from_doc_id);
+
+-- Evidence count = distinct documents whose current testimony supports a fact (per stance).
+-- Recomputes the counts of the given facts and, when asked, retracts those left with no
+-- current support (belief ends: invalidated_at; the world window is untouched). Returns
+-- the facts it retracted. Shared by deletion (ingest) and reconciliation (pipeline).
+CREATE FUNCTION refresh_fact_support(p_fact_ids uuid[], p_retract boolean)
+RETURNS TABLE (fact_id uuid, kind text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE facts f
+       SET evidence_count = s.supports, contradict_count = s.contradicts
+      FROM (SELECT x.fact_id,
+                   count(DISTINCT e.doc_id) FILTER (WHERE e.stance = 'supports' AND c.is_current_testimony
+                                                     AND d.deleted_at IS NULL) AS supports,
+                   count(DISTINCT e.doc_id) FILTER (WHERE e.stance = 'contradicts' AND c.is_current_testimony
+                                                     AND d.deleted_at IS NULL) AS contradicts
+              FROM facts x
+              LEFT JOIN fact_evidence e ON e.fact_id = x.fact_id
+              LEFT JOIN claims c ON c.claim_id = e.claim_id
+              LEFT JOIN documents d ON d.doc_id = e.doc_id
+             WHERE x.fact_id = ANY(p_fact_ids)
+             GROUP BY x.fact_id) s
+     WHERE f.fact_id = s.fact_id;
+    IF p_retract THEN
+        RETURN QUERY
+        UPDATE facts f SET invalidated_at = clock_timestamp()
+         WHERE f.fact_id = ANY(p_fact_ids) AND f.invalidated_at IS NULL AND f.evidence_count = 0
+        RETURNING f.fact_id, f.kind;
+    END IF;
+END;
+$$;
+
+-- What normalisation made of each claim: how many assertions, or why none.
+CREATE TABLE normalization_outcomes (
+    claim_id    uuid NOT NULL REFERENCES claims,
+    version_id  uuid NOT NULL REFERENCES document_versions,
+    space_id    uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    assertions  integer NOT NULL,
+    reason      text,
+    decided_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (claim_id, version_id)
+);

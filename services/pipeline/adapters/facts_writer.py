@@ -1,0 +1,166 @@
+"""The fact stages' work for one version, inside its unit's transaction: normalise claims
+into assertions with resolved entities, adjudicate them against held facts, settle
+evidence counts, reconcile testimony and support, and label and index what changed."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from services.pipeline.adapters import facts_store as fs
+from services.pipeline.adapters.store import VersionSource, derived_id
+from services.pipeline.domain.adjudicate import Incoming, decide
+from services.pipeline.domain.facts import (
+    ClaimView,
+    attribute_key,
+    canonical_window,
+    normalize_claim,
+    normalize_name,
+    relation_label,
+    state_window,
+    valid_predicate,
+)
+from services.platform.db import Database
+from services.platform.support import facts_of_claims, refresh_support
+
+
+class FactsWriter:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def normalize(self, conn: asyncpg.Connection, source: VersionSource) -> None:
+        await fs.lock_space(conn, source.space_id)
+        claims = await conn.fetch(
+            """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
+                      c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
+                 FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
+                WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
+                ORDER BY c.char_start, c.ordinal""", source.version_id)
+        aliases = set(await fs.known_aliases(conn, source.space_id, [c["claim_text"] for c in claims]))
+        cache: dict[str, Any] = {}
+        for claim in claims:
+            view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
+                             claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
+                             claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
+            drafts, reason = normalize_claim(view, frozenset(aliases))
+            drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+            written = 0
+            for ordinal, draft in enumerate(drafts):
+                subject_id, subject_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.subject,
+                                                               cache)
+                aliases.add(normalize_name(draft.subject))
+                subject_mention = await fs.save_mention(
+                    conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
+                    claim_id=claim["claim_id"], ordinal=ordinal, role="subject", surface=draft.subject,
+                    entity_id=subject_id, verdict=subject_verdict)
+                object_mention = None
+                features: dict[str, Any] = dict(draft.features)
+                if draft.object is not None:
+                    object_id, object_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.object,
+                                                                 cache)
+                    aliases.add(normalize_name(draft.object))
+                    object_mention = await fs.save_mention(
+                        conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
+                        claim_id=claim["claim_id"], ordinal=ordinal, role="object", surface=draft.object,
+                        entity_id=object_id, verdict=object_verdict)
+                if draft.previous_object is not None:
+                    previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
+                                                      cache)
+                    features["previous_object_id"] = str(previous_id)
+                if draft.previous_value is not None:
+                    features["previous_value"] = draft.previous_value
+                window = canonical_window(view.valid_from, view.valid_until, view.valid_precision)
+                if draft.kind == "relation":
+                    window = state_window(window, draft.change_kind)
+                await conn.execute(
+                    """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
+                                               subject_mention_id, predicate, object_mention_id, statement,
+                                               valid_from, valid_until, valid_precision, valid_kind, change_kind,
+                                               features)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                       ON CONFLICT (claim_id, ordinal) DO NOTHING""",
+                    derived_id("assertion", claim["claim_id"], ordinal), source.space_id, source.version_id,
+                    claim["claim_id"], ordinal, draft.kind, subject_mention, draft.predicate, object_mention,
+                    draft.statement, window.valid_from, window.valid_until, window.precision, view.valid_kind,
+                    draft.change_kind, features)
+                written += 1
+            await conn.execute(
+                """INSERT INTO normalization_outcomes (claim_id, version_id, space_id, assertions, reason)
+                   VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""",
+                claim["claim_id"], source.version_id, source.space_id, written,
+                None if written else (reason or "unknown_predicate"))
+
+    async def adjudicate(self, conn: asyncpg.Connection, source: VersionSource, *, floor: float) -> None:
+        await fs.lock_space(conn, source.space_id)
+        rows = await conn.fetch(
+            """SELECT a.assertion_id, a.claim_id, a.kind, a.predicate, a.statement, a.valid_from, a.valid_until,
+                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id,
+                      sm.resolved_entity_id AS subject_id, se.canonical_name AS subject_name,
+                      om.resolved_entity_id AS object_id, oe.canonical_name AS object_name
+                 FROM assertions a
+                 JOIN claims c ON c.claim_id = a.claim_id
+                 JOIN mentions sm ON sm.mention_id = a.subject_mention_id
+                 JOIN entities se ON se.entity_id = sm.resolved_entity_id
+            LEFT JOIN mentions om ON om.mention_id = a.object_mention_id
+            LEFT JOIN entities oe ON oe.entity_id = om.resolved_entity_id
+                WHERE a.version_id = $1 AND a.adjudicated_at IS NULL
+                ORDER BY c.char_start, a.claim_id, a.ordinal""", source.version_id)
+        for r in rows:
+            features = r["features"] or {}
+            window = fs.Window(r["valid_from"], r["valid_until"], r["valid_precision"])
+            subject_key = normalize_name(r["subject_name"])
+            incoming = Incoming(
+                r["kind"], r["subject_id"], r["predicate"], r["object_id"], r["statement"], window, r["valid_kind"],
+                r["change_kind"],
+                previous_object_id=uuid.UUID(features["previous_object_id"]) if features.get(
+                    "previous_object_id") else None,
+                previous_value=features.get("previous_value"),
+                attribute=attribute_key(r["statement"] or "", subject_key),
+                statement_key=fs.statement_key(r["statement"]),
+            )
+            candidates = await fs.fact_views(conn, source.space_id, incoming, r["subject_name"])
+            verdict = decide(incoming, candidates, floor=floor)
+            label = (relation_label(r["subject_name"], r["predicate"], r["object_name"]) if r["kind"] == "relation"
+                     else r["statement"])
+            await fs.apply(conn, space_id=source.space_id, incoming=incoming, verdict=verdict,
+                           assertion_id=r["assertion_id"], claim_id=r["claim_id"], doc_id=r["doc_id"], label=label)
+
+    async def settle_counts(self, conn: asyncpg.Connection, source: VersionSource) -> None:
+        """Evidence counts of every fact this version touched (including the facts it closed)."""
+        await fs.lock_space(conn, source.space_id)
+        touched = [r[0] for r in await conn.fetch(
+            """SELECT DISTINCT e.fact_id FROM fact_evidence e JOIN claim_occurrences o ON o.claim_id = e.claim_id
+                WHERE o.version_id = $1
+               UNION
+               SELECT DISTINCT f.fact_id FROM facts f JOIN assertions a ON a.fact_id = f.superseded_by
+                WHERE a.version_id = $1""", source.version_id)]
+        await refresh_support(conn, source.space_id, touched, retract=False)
+
+    async def reconcile(self, conn: asyncpg.Connection, source: VersionSource) -> None:
+        """A living document's new version retires the claims it no longer carries; facts that
+        lose their last current support are retracted. Snapshot versions retire nothing."""
+        mode = await conn.fetchval("SELECT versioning_mode FROM documents WHERE doc_id = $1", source.doc_id)
+        if mode != "living":
+            return
+        await fs.lock_space(conn, source.space_id)
+        retired = await fs.supersede_living_testimony(conn, source.space_id, source.doc_id, source.version_id)
+        await refresh_support(conn, source.space_id, await facts_of_claims(conn, retired), retract=True)
+
+    async def labels_and_profiles(self, source: VersionSource) -> tuple[list[asyncpg.Record], dict[uuid.UUID, str]]:
+        facts = await fs.facts_of_version(self.db, source.version_id)
+        entities = {f["subject_entity_id"] for f in facts} | {f["object_entity_id"] for f in facts
+                                                               if f["object_entity_id"]}
+        return facts, await fs.profile_texts(self.db, sorted(entities))
+
+    async def save_labels(self, conn: asyncpg.Connection, source: VersionSource, facts: list[asyncpg.Record],
+                          vectors: list[list[float]], profiles: dict[uuid.UUID, str],
+                          profile_vectors: dict[uuid.UUID, list[float]], model: str) -> None:
+        await conn.executemany(
+            "UPDATE facts SET embedding = $2, embedding_dim = $3, embedding_model = $4 WHERE fact_id = $1",
+            [(f["fact_id"], np.asarray(v, dtype=np.float32), len(v), model) for f, v in zip(facts, vectors,
+                                                                                             strict=True)])
+        await fs.index_facts(conn, source.space_id, facts)
+        await fs.save_profiles(conn, source.space_id, profiles, profile_vectors, model)
