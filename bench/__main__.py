@@ -7,6 +7,7 @@ shared and noisy, so read the ratios, not the absolute numbers.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -17,6 +18,7 @@ from bench._common import Row, print_table
 
 
 def main(selected: list[str]) -> None:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no fork() notices from the launcher's subprocesses
     rows: list[Row] = []
     for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda m: m.name):
         if not info.name.startswith("bench_"):

@@ -72,7 +72,7 @@ class PgQueue:
                UPDATE work_units w
                   SET status = 'running', attempts = w.attempts + 1, lease_owner = $2,
                       lease_expires_at = clock_timestamp() + make_interval(secs => $3),
-                      defer_reason = NULL, updated_at = clock_timestamp()
+                      defer_reason = NULL, updated_at = clock_timestamp(), started_at = clock_timestamp()
                  FROM next WHERE w.work_id = next.work_id
              RETURNING w.work_id, w.space_id, w.version_id, w.stage, w.unit_key, w.attempts, w.max_attempts""",
             limit, self.owner, self.lease_s,

@@ -9,6 +9,9 @@ ALTER TABLE document_versions
         'input_too_large', 'provider_rejected', 'provider_unavailable', 'extraction_failed',
         'chunk_set_changed', 'unknown'));
 
+-- When the current attempt of a unit started (per-stage timings for operators and benchmarks).
+ALTER TABLE work_units ADD COLUMN started_at timestamptz;
+
 -- The uploaded file name: its suffix guides conversion.
 ALTER TABLE document_versions ADD COLUMN filename text;
 
