@@ -30,13 +30,13 @@ from google.api import annotations_pb2, field_behavior_pb2, http_pb2
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import (
     Descriptor,
-    EnumDescriptor,
     FieldDescriptor,
     MethodDescriptor,
     ServiceDescriptor,
 )
 from google.protobuf.message import Message
-from testament.common.v1 import options_pb2
+
+from services.platform.wire import enum_wire_names
 
 _WKT_TIMESTAMP = "google.protobuf.Timestamp"
 _WKT_JSON = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
@@ -59,27 +59,6 @@ def _is_map(field: FieldDescriptor) -> bool:
         field.type == FieldDescriptor.TYPE_MESSAGE
         and field.message_type.GetOptions().map_entry
     )
-
-
-# --------------------------------------------------------------------------------------
-# enums
-# --------------------------------------------------------------------------------------
-
-def _enum_prefix(enum: EnumDescriptor) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
-
-
-@functools.cache
-def enum_wire_names(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int]]:
-    prefix = _enum_prefix(enum)
-    to_wire: dict[int, str] = {}
-    for value in enum.values:
-        if value.number == 0:
-            continue
-        explicit = value.GetOptions().Extensions[options_pb2.wire]
-        name = value.name[len(prefix):] if value.name.startswith(prefix) else value.name
-        to_wire[value.number] = explicit or name.lower()
-    return to_wire, {wire: number for number, wire in to_wire.items()}
 
 
 # --------------------------------------------------------------------------------------

@@ -25,10 +25,10 @@ from services.platform import telemetry
 
 if TYPE_CHECKING:
     from services.pipeline.adapters.converters import Converter
-    from services.pipeline.adapters.embeddings import EmbeddingProvider
     from services.pipeline.adapters.facts_writer import FactsWriter
     from services.pipeline.adapters.queue import Claimed, PgQueue, Wakeup
     from services.pipeline.adapters.store import PgStageStore, VersionSource
+    from services.platform.embeddings import EmbeddingProvider
     from services.platform.objectstore import ObjectStore
 
 Write = Callable[[Any], Awaitable[Any]]
@@ -158,7 +158,7 @@ class Stages:
             )
 
     async def _call_embeddings(self, unit: Claimed, source: VersionSource, texts: list[str]) -> list[list[float]]:
-        from services.pipeline.adapters.embeddings import EmbeddingUnavailable
+        from services.platform.embeddings import EmbeddingUnavailable
 
         started = time.perf_counter()
         outcome = "ok"

@@ -7,7 +7,6 @@ import os
 import socket
 
 from services.pipeline.adapters.converters import build_converters
-from services.pipeline.adapters.embeddings import build_embedding_provider
 from services.pipeline.adapters.facts_writer import FactsWriter
 from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
@@ -16,6 +15,7 @@ from services.pipeline.app import Stages, Worker
 from services.pipeline.domain.claims import ClaimProvider, RulesClaimProvider
 from services.platform.bootstrap import open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
+from services.platform.embeddings import provider_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
 
@@ -26,18 +26,6 @@ def claim_provider(settings: Settings) -> ClaimProvider:
     raise StartupError("testament-pipeline: TESTAMENT_CLAIMS_PROVIDER=openai is not built yet; use 'rules'")
 
 
-def embedding_provider(settings: Settings):  # type: ignore[no-untyped-def]
-    if settings.embedding_provider == "openai":
-        if not settings.openai_api_key:
-            raise StartupError("testament-pipeline: TESTAMENT_OPENAI_API_KEY is required for the openai provider")
-        return build_embedding_provider("openai", base_url=settings.openai_base_url, api_key=settings.openai_api_key,
-                                        model=settings.openai_embedding_model, timeout_s=settings.openai_timeout_s,
-                                        dimension=settings.embedding_dimension)
-    if settings.embedding_provider == "sentence-transformers":
-        return build_embedding_provider("sentence-transformers")
-    return build_embedding_provider("hash", dimension=settings.embedding_dimension)
-
-
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "pipeline")
     store = await open_object_store(settings, "pipeline")
@@ -45,7 +33,7 @@ async def build(settings: Settings) -> ServiceSpec:
                     backoff_base_s=settings.work_retry_backoff_base_s,
                     backoff_max_s=settings.work_retry_backoff_max_s, max_attempts=settings.work_max_attempts)
     stages = Stages(PgStageStore(platform.db), store, build_converters(settings.conversion_routes),
-                    embedding_provider(settings), claim_provider(settings), FactsWriter(platform.db),
+                    provider_from_settings(settings), claim_provider(settings), FactsWriter(platform.db),
                     chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size)
     assert settings.database_url is not None
     worker = Worker(queue, stages, Wakeup(settings.database_url), concurrency=settings.worker_concurrency,

@@ -59,3 +59,16 @@ def tokens(text: str) -> list[str]:
 def term_frequencies(text: str) -> tuple[Counter[str], int]:
     found = tokens(text)
     return Counter(found), len(found)
+
+
+_LEADING_ARTICLES = {"the", "a", "an", "our", "their", "his", "her", "its", "this", "that", "these", "those", "my",
+                     "your"}
+
+
+def normalize_name(name: str) -> str:
+    """An entity alias key: lower case, accents folded, punctuation dropped, leading articles
+    removed. Shared by resolution at write time (pipeline) and at query time (retrieval)."""
+    words = re.findall(r"[\w'’]+", fold(name))
+    while words and words[0] in _LEADING_ARTICLES:
+        words = words[1:]
+    return " ".join(w.replace("’", "'") for w in words)

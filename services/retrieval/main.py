@@ -1,26 +1,36 @@
-"""Composition root of the retrieval service: wires adapters to servicers and serves them."""
+"""Composition root of the retrieval service."""
 
 from __future__ import annotations
 
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.server import Servicer, ServiceSpec, run_service
+from services.platform.embeddings import provider_from_settings
+from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
-
-NOT_BUILT = "the assured operations and primitives arrive with the Retrieval issue"
+from services.retrieval.api import RetrievalServicer
+from services.retrieval.app import Retrieval
+from services.retrieval.graph_client import GrpcGraphExpansion
+from services.retrieval.primitives import Primitives
 
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "retrieval")
+    try:
+        embedder = provider_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-retrieval: {exc}") from None
+    graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
+    retrieval = Retrieval(platform.db, embedder, graph)
+    closers = [*platform.closers]
+    if graph is not None:
+        closers.insert(0, graph.close)
     return ServiceSpec(
         name="retrieval",
         port=settings.port_for("retrieval"),
-        servicers=[
-            Servicer(SERVICE_FULL_NAMES["retrieval"], object(), not_built=NOT_BUILT),
-            platform.deployment,
-        ],
+        servicers=[Servicer(SERVICE_FULL_NAMES["retrieval"], RetrievalServicer(retrieval, Primitives(retrieval))),
+                   platform.deployment],
         authenticator=platform.authenticator,
-        closers=platform.closers,
+        closers=closers,
     )
 
 

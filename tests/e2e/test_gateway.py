@@ -20,8 +20,8 @@ from tests.support import Proc, run_gateway, run_service
 @pytest.fixture(scope="module")
 def stack(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Proc, str]]:
     tmp = tmp_path_factory.mktemp("gw")
-    with run_service("ingest", dsn, tmp) as ingest, run_service("retrieval", dsn, tmp) as retrieval, \
-            run_gateway(dsn, tmp, ingest=ingest.address, retrieval=retrieval.address) as gateway:
+    with run_service("ingest", dsn, tmp) as ingest, run_service("queryspace", dsn, tmp) as queryspace, \
+            run_gateway(dsn, tmp, ingest=ingest.address, queryspace=queryspace.address) as gateway:
         yield ingest, gateway, f"http://127.0.0.1:{gateway.extra['http']}"
 
 
@@ -49,7 +49,7 @@ def test_a_trace_started_at_the_gateway_reaches_the_service(stack: tuple[Proc, P
 
 def test_unbuilt_routes_answer_honestly(stack: tuple[Proc, Proc, str]) -> None:
     _, _, base = stack
-    reply = httpx.get(f"{base}/operations", timeout=10)
+    reply = httpx.get(f"{base}/query/space", timeout=10)
     assert reply.status_code == 501
     assert "not implemented" in reply.json()["detail"]
 

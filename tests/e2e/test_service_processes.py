@@ -13,11 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
-from testament.graph.v1 import graph_pb2, graph_pb2_grpc
+from testament.graph.v1 import graph_pb2_grpc
 from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from testament.pipeline.v1 import pipeline_pb2_grpc
 from testament.queryspace.v1 import queryspace_pb2, queryspace_pb2_grpc
-from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from testament.retrieval.v1 import retrieval_pb2_grpc
 
 from services.platform.auth import Scope
 from services.platform.credentials_pg import PgCredentials
@@ -28,10 +28,8 @@ from tests.support import REPO, run_service, service_env
 SERVICES = {
     "ingest": ("testament.ingest.v1.IngestService", ingest_pb2_grpc.IngestServiceStub, None, None),
     "pipeline": ("testament.pipeline.v1.PipelineService", pipeline_pb2_grpc.PipelineServiceStub, None, None),
-    "retrieval": ("testament.retrieval.v1.RetrievalService", retrieval_pb2_grpc.RetrievalServiceStub,
-                  "ListOperations", retrieval_pb2.ListOperationsRequest()),
-    "graph": ("testament.graph.v1.GraphService", graph_pb2_grpc.GraphServiceStub,
-              "Neighborhood", graph_pb2.NeighborhoodRequest()),
+    "retrieval": ("testament.retrieval.v1.RetrievalService", retrieval_pb2_grpc.RetrievalServiceStub, None, None),
+    "graph": ("testament.graph.v1.GraphService", graph_pb2_grpc.GraphServiceStub, None, None),
     "queryspace": ("testament.queryspace.v1.QuerySpaceService",
                    queryspace_pb2_grpc.QuerySpaceServiceStub,
                    "DescribeQuerySpace", queryspace_pb2.DescribeQuerySpaceRequest()),

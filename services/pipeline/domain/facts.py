@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import unicodedata
 from dataclasses import dataclass, field
+
+from services.platform.text import fold, normalize_name
 
 CORE_PREDICATES = (
     "related_to", "works_for", "member_of", "affiliated_with", "founded", "located_in", "part_of", "authored",
@@ -87,19 +88,6 @@ monday tuesday wednesday thursday friday saturday sunday q1 q2 q3 q4 today yeste
 _VALUE_WORDS = frozenset("""is are was were be been being will would scheduled planned plan moves moved move
 set postponed rescheduled expected due happens happen happened now to for from on in by at the a an of and or
 since until starts start started ends end ended moved pushed slipped changed""".split())
-
-
-def fold(text: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
-
-
-def normalize_name(name: str) -> str:
-    """The alias key: lower case, accents folded, punctuation dropped, leading articles removed."""
-    words = re.findall(r"[\w'’]+", fold(name).lower())
-    while words and words[0] in _STOP_LEADING:
-        words = words[1:]
-    return " ".join(w.replace("’", "'") for w in words)
 
 
 def clean_surface(phrase: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.pipeline.adapters.embeddings import (
+from services.platform.embeddings import (
     EmbeddingProvider,
     EmbeddingUnavailable,
     HashEmbeddings,

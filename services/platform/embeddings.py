@@ -517,3 +517,17 @@ def build_embedding_provider(kind: ProviderKind, **settings: Any) -> EmbeddingPr
     except TypeError as exc:
         raise ValueError(f"bad settings for embedding provider {kind!r}: {exc}") from None
     return factory(**settings)
+
+
+def provider_from_settings(settings: Any) -> EmbeddingProvider:
+    """The configured provider (TESTAMENT_EMBEDDING_PROVIDER): the pipeline embeds passages,
+    claims, facts and profiles with it, and retrieval embeds queries with the same one."""
+    if settings.embedding_provider == "openai":
+        if not settings.openai_api_key:
+            raise ValueError("TESTAMENT_OPENAI_API_KEY is required for the openai embedding provider")
+        return build_embedding_provider("openai", base_url=settings.openai_base_url, api_key=settings.openai_api_key,
+                                        model=settings.openai_embedding_model, timeout_s=settings.openai_timeout_s,
+                                        dimension=settings.embedding_dimension)
+    if settings.embedding_provider == "sentence-transformers":
+        return build_embedding_provider("sentence-transformers")
+    return build_embedding_provider("hash", dimension=settings.embedding_dimension)

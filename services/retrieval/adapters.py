@@ -1,0 +1,279 @@
+"""Retrieval reads in PostgreSQL. The caller's space and principals are part of the SQL
+predicate of every leg, so an invisible document is never fetched, ranked, counted or
+named; facts and entities are visible through visible evidence only.
+
+Parameter conventions in every query: $1 = space id, $2 = principals (NULL = all).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from services.platform.auth import Caller
+from services.platform.text import tokens
+
+DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
+CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
+FACT_SUPPORTED = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+                          JOIN documents d ON d.doc_id = c.doc_id
+                         WHERE e.fact_id = f.fact_id AND e.stance = 'supports' AND c.is_current_testimony
+                           AND {DOC_VISIBLE})"""
+# Hydrate and transcript also show facts that were retracted: any evidence from a visible,
+# non-deleted document will do.
+FACT_TRACEABLE = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+                          JOIN documents d ON d.doc_id = c.doc_id
+                         WHERE e.fact_id = f.fact_id AND {DOC_VISIBLE})"""
+ENTITY_VISIBLE = f"""EXISTS (SELECT 1 FROM mentions m JOIN claims c ON c.claim_id = m.claim_id
+                          JOIN documents d ON d.doc_id = c.doc_id
+                         WHERE m.resolved_entity_id = x.entity_id AND c.is_current_testimony AND {DOC_VISIBLE})"""
+
+# Below this many eligible rows an exact scan is cheaper than the index and can never
+# lose recall to the caller's filter; above it HNSW runs with iterative scans.
+EXACT_SCAN_MAX = 20_000
+_BM25_K1, _BM25_B = 1.2, 0.75
+
+
+def principals(caller: Caller) -> list[str] | None:
+    return None if caller.principals is None else sorted(caller.principals)
+
+
+_TARGETS: dict[str, dict[str, str]] = {
+    "claim": {"table": "claims c", "id": "c.claim_id", "where": f"c.is_current_testimony AND {CLAIM_VISIBLE}",
+              "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim"},
+    "chunk": {"table": "chunks c JOIN document_versions v ON v.version_id = c.version_id", "id": "c.chunk_id",
+              "where": f"v.deleted_at IS NULL AND {CLAIM_VISIBLE}", "space": "c.space_id", "vec": "c.embedding",
+              "dim": "c.embedding_dim"},
+    "fact": {"table": "facts f", "id": "f.fact_id", "where": f"f.invalidated_at IS NULL AND {FACT_SUPPORTED}",
+             "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim"},
+    "entity": {"table": "entities x", "id": "x.entity_id", "where": f"x.merged_into IS NULL AND {ENTITY_VISIBLE}",
+               "space": "x.space_id", "vec": "x.profile_embedding", "dim": "x.profile_dim"},
+}
+
+
+class SearchLegs:
+    """Nomination channels: semantic (pgvector) and lexical (BM25) over chunks, claims,
+    facts and entity profiles, each returning ids in rank order."""
+
+    def __init__(self) -> None:
+        self._eligible: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int]] = {}
+        self.plans: list[str] = []  # which plan the last searches used (exact | hnsw), for tests
+
+    async def eligible(self, conn: asyncpg.Connection, kind: str, caller: Caller) -> int:
+        """How many rows the caller may see (cached briefly): decides exact scan vs index."""
+        key = (kind, caller.space_id, tuple(sorted(caller.principals)) if caller.principals is not None else None)
+        cached = self._eligible.get(key)
+        if cached and time.monotonic() - cached[0] < 30:
+            return cached[1]
+        t = _TARGETS[kind]
+        count = await conn.fetchval(
+            f"SELECT count(*) FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL AND {t['where']}",
+            caller.space_id, principals(caller))
+        self._eligible[key] = (time.monotonic(), int(count))
+        return int(count)
+
+    async def semantic(self, conn: asyncpg.Connection, kind: str, caller: Caller, vector: Sequence[float], k: int,
+                       *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+        t = _TARGETS[kind]
+        dim = len(vector)
+        query = np.asarray(vector, dtype=np.float32)
+        eligible = await self.eligible(conn, kind, caller)
+        base = (f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra}")
+        args = [caller.space_id, principals(caller), query, k, *extra_args]
+        if eligible <= EXACT_SCAN_MAX or extra:
+            # Exact: distances over exactly the rows the caller may see (no index, full recall).
+            self.plans.append("exact")
+            sql = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
+                   f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
+            rows = await conn.fetch(sql, *args)
+        else:
+            # HNSW with iterative scans: the index keeps walking until k rows pass the filter.
+            self.plans.append("hnsw")
+            await conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, k * 4))}")
+            await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
+            cast = f"{t['vec']}::vector({dim})"
+            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {cast} <=> $3::vector({dim}) AS distance "
+                   f"{base} ORDER BY {cast} <=> $3::vector({dim}) LIMIT $4) "
+                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance")
+            rows = await conn.fetch(sql, *args)
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
+                      *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+        """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
+        terms = sorted(set(tokens(text)))
+        if not terms:
+            return []
+        t = _TARGETS[kind]
+        rows = await conn.fetch(
+            f"""WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
+                                 FROM bm25_docs WHERE space_id = $1 AND target_kind = $3),
+                     df AS (SELECT term, count(*)::float AS df FROM bm25_postings
+                             WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
+                     scored AS (
+                        SELECT p.target_id,
+                               sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+                                   * (p.tf * ({_BM25_K1} + 1))
+                                   / (p.tf + {_BM25_K1} * (1 - {_BM25_B} + {_BM25_B} * bd.length / stats.avgdl)))
+                                   AS score
+                          FROM bm25_postings p
+                          JOIN df ON df.term = p.term
+                          JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
+                          CROSS JOIN stats
+                         WHERE p.space_id = $1 AND p.target_kind = $3 AND p.term = ANY($4::text[])
+                         GROUP BY p.target_id)
+                SELECT s.target_id AS id, s.score FROM scored s
+                  JOIN {t['table']} ON {t['id']} = s.target_id
+                 WHERE {t['where']} {extra}
+                 ORDER BY s.score DESC, s.target_id LIMIT $5""",
+            caller.space_id, principals(caller), kind, terms, k, *extra_args)
+        return [(r["id"], float(r["score"])) for r in rows]
+
+
+# --------------------------------------------------------------------------------------
+# hydration: re-read candidates from the authority tables, in the caller's snapshot
+# --------------------------------------------------------------------------------------
+
+FACT_COLUMNS = """f.fact_id, f.kind, f.label, f.subject_entity_id, f.predicate, f.object_entity_id, f.statement,
+                  f.valid_from, f.valid_until, f.valid_precision, f.ingested_at, f.invalidated_at,
+                  f.superseded_by, f.contradiction_group, f.support_state, f.evidence_count, f.contradict_count"""
+
+
+async def facts(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID], *,
+                traceable: bool = False) -> dict[uuid.UUID, asyncpg.Record]:
+    visible = FACT_TRACEABLE if traceable else f"f.invalidated_at IS NULL AND {FACT_SUPPORTED}"
+    rows = await conn.fetch(
+        f"SELECT {FACT_COLUMNS} FROM facts f WHERE f.space_id = $1 AND f.fact_id = ANY($3::uuid[]) AND {visible}",
+        caller.space_id, principals(caller), list(ids))
+    return {r["fact_id"]: r for r in rows}
+
+
+async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID], *,
+                         per_stance: int) -> list[asyncpg.Record]:
+    """Up to ``per_stance`` visible current claims per fact and stance, newest testimony first."""
+    return await conn.fetch(
+        f"""SELECT * FROM (
+               SELECT e.fact_id, e.claim_id, e.stance,
+                      row_number() OVER (PARTITION BY e.fact_id, e.stance
+                                         ORDER BY c.asserted_at DESC NULLS LAST, c.claim_id) AS n
+                 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+                WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony
+                  AND {CLAIM_VISIBLE}) ranked
+            WHERE n <= $4 ORDER BY fact_id, stance, n""",
+        caller.space_id, principals(caller), list(fact_ids), per_stance)
+
+
+async def evidence_totals(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
+                          ) -> dict[tuple[uuid.UUID, str], int]:
+    rows = await conn.fetch(
+        f"""SELECT e.fact_id, e.stance, count(*) AS n FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+             WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony AND {CLAIM_VISIBLE}
+             GROUP BY e.fact_id, e.stance""", caller.space_id, principals(caller), list(fact_ids))
+    return {(r["fact_id"], r["stance"]): r["n"] for r in rows}
+
+
+async def visible_evidence_counts(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
+                                  ) -> dict[uuid.UUID, int]:
+    """Distinct visible current documents supporting each fact (counts never include what the
+    caller cannot see)."""
+    rows = await conn.fetch(
+        f"""SELECT e.fact_id, count(DISTINCT c.doc_id) AS n FROM fact_evidence e
+              JOIN claims c ON c.claim_id = e.claim_id
+             WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND e.stance = 'supports'
+               AND c.is_current_testimony AND {CLAIM_VISIBLE}
+             GROUP BY e.fact_id""", caller.space_id, principals(caller), list(fact_ids))
+    return {r["fact_id"]: r["n"] for r in rows}
+
+
+async def co_members(conn: asyncpg.Connection, caller: Caller, groups: Sequence[uuid.UUID], limit: int = 25
+                     ) -> dict[uuid.UUID, list[asyncpg.Record]]:
+    rows = await conn.fetch(
+        f"""SELECT {FACT_COLUMNS} FROM facts f
+             WHERE f.space_id = $1 AND f.contradiction_group = ANY($3::uuid[]) AND f.invalidated_at IS NULL
+               AND {FACT_SUPPORTED}
+             ORDER BY f.contradiction_group, f.evidence_count DESC, f.ingested_at""",
+        caller.space_id, principals(caller), list(groups))
+    out: dict[uuid.UUID, list[asyncpg.Record]] = {}
+    for r in rows:
+        out.setdefault(r["contradiction_group"], []).append(r)
+    return out
+
+
+CLAIM_COLUMNS = """c.claim_id, c.doc_id, c.chunk_id, c.version_id, c.claim_text, c.source_span, c.char_start,
+                   c.char_end, c.evidence_spans, c.is_attributed, c.is_current_testimony, c.asserted_at,
+                   c.claim_valid_from, c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind,
+                   c.attributed_to, d.title AS document_title, d.source_kind"""
+
+
+async def claims(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID], *,
+                 current_only: bool = True) -> dict[uuid.UUID, asyncpg.Record]:
+    rows = await conn.fetch(
+        f"""SELECT {CLAIM_COLUMNS} FROM claims c JOIN documents d ON d.doc_id = c.doc_id
+             WHERE c.space_id = $1 AND c.claim_id = ANY($3::uuid[]) AND {DOC_VISIBLE}
+               AND ($4::boolean = false OR c.is_current_testimony)""",
+        caller.space_id, principals(caller), list(ids), current_only)
+    return {r["claim_id"]: r for r in rows}
+
+
+CHUNK_COLUMNS = """c.chunk_id, c.doc_id, c.version_id, c.representation_id, c.chunk_text, c.char_start, c.char_end,
+                   c.ordinal, c.location_header, s.role AS section_role, d.title AS document_title, d.source_kind,
+                   v.source_modified_at"""
+
+
+async def chunks(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID,
+                                                                                            asyncpg.Record]:
+    rows = await conn.fetch(
+        f"""SELECT {CHUNK_COLUMNS} FROM chunks c
+              JOIN documents d ON d.doc_id = c.doc_id
+              JOIN document_versions v ON v.version_id = c.version_id
+         LEFT JOIN sections s ON s.section_id = c.section_id
+             WHERE c.space_id = $1 AND c.chunk_id = ANY($3::uuid[]) AND v.deleted_at IS NULL AND {DOC_VISIBLE}""",
+        caller.space_id, principals(caller), list(ids))
+    return {r["chunk_id"]: r for r in rows}
+
+
+async def entities(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID,
+                                                                                              asyncpg.Record]:
+    rows = await conn.fetch(
+        f"""SELECT x.entity_id, x.canonical_name FROM entities x
+             WHERE x.space_id = $1 AND x.entity_id = ANY($3::uuid[]) AND x.merged_into IS NULL AND {ENTITY_VISIBLE}""",
+        caller.space_id, principals(caller), list(ids))
+    return {r["entity_id"]: r for r in rows}
+
+
+async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key: str, width: int
+                        ) -> tuple[str, list[asyncpg.Record], bool]:
+    """T0 exact alias (every match, uncapped), else T1 trigram, else T2 phonetic; capped tiers
+    report whether more candidates existed. Visible entities only."""
+    rows = await conn.fetch(
+        f"""SELECT DISTINCT x.entity_id, x.canonical_name FROM entity_aliases a JOIN entities x USING (entity_id)
+             WHERE a.space_id = $1 AND a.normalized_alias = $3 AND x.merged_into IS NULL AND {ENTITY_VISIBLE}
+             ORDER BY x.canonical_name, x.entity_id""", caller.space_id, principals(caller), key)
+    if rows:
+        return "T0", list(rows), False
+    rows = await conn.fetch(
+        f"""SELECT x.entity_id, x.canonical_name, max(similarity(a.normalized_alias, $3)) AS score
+              FROM entity_aliases a JOIN entities x USING (entity_id)
+             WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.normalized_alias % $3 AND {ENTITY_VISIBLE}
+             GROUP BY x.entity_id, x.canonical_name ORDER BY score DESC, x.entity_id LIMIT $4""",
+        caller.space_id, principals(caller), key, width + 1)
+    if rows:
+        return "T1", list(rows[:width]), len(rows) > width
+    first = key.split()[0] if key else ""
+    if first:
+        codes = await conn.fetchval("SELECT daitch_mokotoff($1)", first)
+        if codes:
+            rows = await conn.fetch(
+                f"""SELECT DISTINCT x.entity_id, x.canonical_name
+                      FROM entity_aliases a JOIN entities x USING (entity_id)
+                     WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.phonetic && $3::text[] AND {ENTITY_VISIBLE}
+                     ORDER BY x.entity_id LIMIT $4""", caller.space_id, principals(caller), list(codes), width + 1)
+            if rows:
+                return "T2", list(rows[:width]), len(rows) > width
+    return "", [], False

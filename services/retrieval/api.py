@@ -1,0 +1,138 @@
+"""RetrievalService servicer: converts requests, calls the use cases, returns envelopes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from testament.common.v1 import types_pb2
+from testament.retrieval.v1 import retrieval_pb2
+
+from services.platform.auth import require_caller
+from services.platform.errors import FieldViolation, ValidationFailed
+from services.retrieval.app import Retrieval, struct
+from services.retrieval.domain import OPERATIONS, bounded_int
+from services.retrieval.primitives import Primitives
+
+_GRAINS = {"fact": types_pb2.GRAIN_FACT, "evidence": types_pb2.GRAIN_EVIDENCE}
+_CONTRACTS = {"envelope": retrieval_pb2.RESULT_CONTRACT_ENVELOPE,
+              "context_bundle_v2": retrieval_pb2.RESULT_CONTRACT_CONTEXT_BUNDLE_V2}
+_CHANNELS = {retrieval_pb2.SEARCH_CHANNEL_SEMANTIC: "semantic", retrieval_pb2.SEARCH_CHANNEL_BM25: "bm25"}
+
+
+def uuid_field(name: str, raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ValidationFailed([FieldViolation(name, "Input should be a valid UUID", "uuid_parsing", raw)]) from None
+
+
+def _optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def _forward(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in (context.invocation_metadata() or ()) if k in ("authorization", "traceparent")]
+
+
+class RetrievalServicer:
+    def __init__(self, retrieval: Retrieval, primitives: Primitives) -> None:
+        self.retrieval = retrieval
+        self.primitives = primitives
+
+    async def ListOperations(self, request: retrieval_pb2.ListOperationsRequest,
+                             context: grpc.aio.ServicerContext) -> retrieval_pb2.ListOperationsResponse:
+        reply = retrieval_pb2.ListOperationsResponse()
+        for op in OPERATIONS:
+            item = reply.operations.add(name=op.name, description=op.description,
+                                        input_schema=struct(op.input_schema),
+                                        result_schema=struct({"type": "object", "title": op.result_contract}),
+                                        result_contract=_CONTRACTS[op.result_contract],
+                                        answer_intent=op.answer_intent, mutates=False, version=op.version,
+                                        implementation_plan_hash=op.implementation_plan_hash)
+            if op.output_grain:
+                item.output_grain = _GRAINS[op.output_grain]
+        return reply
+
+    async def RunOperation(self, request: retrieval_pb2.RunOperationRequest,
+                           context: grpc.aio.ServicerContext) -> retrieval_pb2.RunOperationResponse:
+        arguments = json_format.MessageToDict(request.arguments) if request.HasField("arguments") else {}
+        result = await self.retrieval.run_operation(require_caller(), request.name, arguments, _forward(context))
+        if isinstance(result, types_pb2.ContextBundle):
+            return retrieval_pb2.RunOperationResponse(context_bundle=result)
+        return retrieval_pb2.RunOperationResponse(envelope=result)
+
+    async def Resolve(self, request: retrieval_pb2.ResolveRequest,
+                      context: grpc.aio.ServicerContext) -> retrieval_pb2.ResolveResponse:
+        ids = list(dict.fromkeys(uuid_field("context_entity_ids", i) for i in request.context_entity_ids))
+        if len(ids) > 8:
+            raise ValidationFailed([FieldViolation("context_entity_ids", "List should have at most 8 items",
+                                                   "too_long", len(ids), {"max_length": 8})])
+        return retrieval_pb2.ResolveResponse(envelope=await self.retrieval.resolve(require_caller(), request.name,
+                                                                                   ids))
+
+    async def LookupRelations(self, request: retrieval_pb2.LookupRelationsRequest,
+                              context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupRelationsResponse:
+        env = await self.primitives.lookup_relations(
+            require_caller(),
+            subject=uuid_field("subject_entity_id", request.subject_entity_id)
+            if request.HasField("subject_entity_id") else None,
+            obj=uuid_field("object_entity_id", request.object_entity_id)
+            if request.HasField("object_entity_id") else None,
+            predicate=_optional(request, "predicate"), valid_at=_optional(request, "valid_at"),
+            k=bounded_int("k", _optional(request, "k"), 50, 1, 400))
+        return retrieval_pb2.LookupRelationsResponse(envelope=env)
+
+    async def LookupObservations(self, request: retrieval_pb2.LookupObservationsRequest,
+                                 context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupObservationsResponse:
+        env = await self.primitives.lookup_observations(
+            require_caller(), uuid_field("entity_id", request.entity_id), _optional(request, "property_query"),
+            bounded_int("k", _optional(request, "k"), 10, 1, 400))
+        return retrieval_pb2.LookupObservationsResponse(envelope=env)
+
+    async def HydrateRelation(self, request: retrieval_pb2.HydrateRelationRequest,
+                              context: grpc.aio.ServicerContext) -> retrieval_pb2.HydrateRelationResponse:
+        env = await self.primitives.hydrate(require_caller(), uuid_field("relation_id", request.relation_id))
+        return retrieval_pb2.HydrateRelationResponse(envelope=env)
+
+    async def TranscriptRelation(self, request: retrieval_pb2.TranscriptRelationRequest,
+                                 context: grpc.aio.ServicerContext) -> retrieval_pb2.TranscriptRelationResponse:
+        env = await self.primitives.transcript(require_caller(), uuid_field("relation_id", request.relation_id))
+        return retrieval_pb2.TranscriptRelationResponse(envelope=env)
+
+    def _search_args(self, request: Any) -> tuple[str, int, str]:
+        if len(request.query) > 4096:
+            raise ValidationFailed([FieldViolation("query", "String should have at most 4096 characters",
+                                                   "string_too_long", len(request.query), {"max_length": 4096})])
+        if request.query == "":
+            raise ValidationFailed([FieldViolation("query", "String should have at least 1 character",
+                                                   "string_too_short", "", {"min_length": 1})])
+        channel = _CHANNELS.get(request.channel, "semantic") if request.HasField("channel") else "semantic"
+        return request.query, bounded_int("k", _optional(request, "k"), 10, 1, 400), channel
+
+    async def SearchClaims(self, request: retrieval_pb2.SearchClaimsRequest,
+                           context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchClaimsResponse:
+        query, k, channel = self._search_args(request)
+        env = await self.primitives.search(require_caller(), "claim", query, k, channel)
+        return retrieval_pb2.SearchClaimsResponse(envelope=env)
+
+    async def SearchChunks(self, request: retrieval_pb2.SearchChunksRequest,
+                           context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchChunksResponse:
+        query, k, channel = self._search_args(request)
+        env = await self.primitives.search(require_caller(), "chunk", query, k, channel)
+        return retrieval_pb2.SearchChunksResponse(envelope=env)
+
+    async def AdjacentChunks(self, request: retrieval_pb2.AdjacentChunksRequest,
+                             context: grpc.aio.ServicerContext) -> retrieval_pb2.AdjacentChunksResponse:
+        window = bounded_int("window", _optional(request, "window"), 1, 1, 2)
+        env = await self.primitives.adjacent(require_caller(), uuid_field("chunk_id", request.chunk_id), window)
+        return retrieval_pb2.AdjacentChunksResponse(envelope=env)
+
+    async def WatchChanges(self, request: retrieval_pb2.WatchChangesRequest,
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[retrieval_pb2.WatchChangesResponse]:
+        async for message in self.primitives.watch_changes(require_caller(), _optional(request, "cursor"),
+                                                           list(request.kinds)):
+            yield message

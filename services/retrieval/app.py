@@ -1,0 +1,492 @@
+"""Retrieval use cases: nominate, fuse, confirm, and answer in typed envelopes.
+
+Every candidate a search channel nominates is re-read from the authority tables in one
+snapshot; what no longer holds is dropped and counted in ``dropped_by_hydration``. "No"
+is a typed negative, never an empty list; a spent budget is ``boundary``, never a
+silently smaller answer. No language model runs here: only the query is embedded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import asyncpg
+from google.protobuf import struct_pb2, timestamp_pb2
+from testament.common.v1 import types_pb2 as t
+
+from services.platform.auth import Caller
+from services.platform.errors import Unavailable
+from services.platform.text import fold, normalize_name
+from services.platform.wire import enum_value
+from services.retrieval import adapters as db
+from services.retrieval.domain import (
+    CURRENT,
+    OPERATIONS,
+    TimeScope,
+    Validity,
+    holds,
+    operation,
+    rrf,
+    temporal_match,
+    validate_arguments,
+)
+
+FACTS_BUDGET_S = 25.0
+NOMINATE = 200
+MAX_EVIDENCE = 60
+CO_MEMBERS = 25
+EXPANSION_CAP = 20
+
+
+class Embedder(Protocol):
+    model: str
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class GraphExpansion(Protocol):
+    async def expand(self, caller_metadata: Sequence[tuple[str, str]], anchors: Sequence[uuid.UUID], hops: int,
+                     predicate: str | None, valid_at: dt.datetime | None) -> tuple[list[uuid.UUID], bool]: ...
+
+
+def ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(dt.UTC))
+    return stamp
+
+
+def _set_ts(message: Any, name: str, value: dt.datetime | None) -> None:
+    if value is not None:
+        getattr(message, name).CopyFrom(ts(value))
+
+
+def scope_message(scope: TimeScope, now: dt.datetime) -> t.TemporalScope:
+    regime = enum_value(t.IdentityRegime, "current")
+    message = t.TemporalScope()
+    if scope.mode == "at":
+        message.at.CopyFrom(t.AtTemporalScope(mode="at", at=ts(scope.at), evaluated_at=ts(now), believed_at=ts(now),
+                                              identity_regime=regime))
+    elif scope.mode == "overlap":
+        inner = t.OverlapTemporalScope(mode="overlap", evaluated_at=ts(now), believed_at=ts(now),
+                                       identity_regime=regime)
+        getattr(inner, "from").CopyFrom(ts(scope.start))
+        inner.to.CopyFrom(ts(scope.end))
+        message.overlap.CopyFrom(inner)
+    elif scope.mode == "history":
+        message.history.CopyFrom(t.HistoryTemporalScope(mode="history", evaluated_at=ts(now), believed_at=ts(now),
+                                                        identity_regime=regime))
+    else:
+        message.current.CopyFrom(t.CurrentTemporalScope(mode="current", evaluated_at=ts(now), believed_at=ts(now),
+                                                        identity_regime=regime))
+    return message
+
+
+def envelope(grain: str, scope: TimeScope, now: dt.datetime) -> t.Envelope:
+    env = t.Envelope(grain=enum_value(t.Grain, grain), temporal_scope=scope_message(scope, now))
+    env.freshness.pg_live_ts.CopyFrom(ts(now))
+    env.freshness.p1_written_inline = True
+    return env
+
+
+def negative(env: t.Envelope, kind: str, explanation: str, workaround: str | None = None) -> t.Envelope:
+    env.negative.kind = enum_value(t.NegativeKind, kind)
+    env.negative.explanation = explanation
+    if workaround:
+        env.negative.workaround = workaround
+    return env
+
+
+def truncation(env: t.Envelope, *, returned: int, estimated: int, exact: bool, reason: str | None,
+               continuation: str | None = None) -> None:
+    env.truncation.truncated = estimated > returned or continuation is not None
+    env.truncation.returned = returned
+    env.truncation.estimated_total = max(estimated, returned)
+    env.truncation.total_is_exact = exact
+    if reason is not None:
+        env.truncation.reason = enum_value(t.TruncationReason, reason)
+    if continuation is not None:
+        env.truncation.continuation = continuation
+
+
+def validity_message(row: Any) -> t.Validity:
+    message = t.Validity(valid_precision=enum_value(t.ClaimValidPrecision, row["valid_precision"]),
+                         ingested_at=ts(row["ingested_at"]))
+    _set_ts(message, "valid_from", row["valid_from"])
+    _set_ts(message, "valid_until", row["valid_until"])
+    _set_ts(message, "invalidated_at", row["invalidated_at"])
+    return message
+
+
+def _validity(row: Any) -> Validity:
+    return Validity(row["valid_from"], row["valid_until"], row["valid_precision"], row["superseded_by"] is not None)
+
+
+def evidence_message(row: Any) -> t.EvidenceResult:
+    message = t.EvidenceResult(
+        claim_id=str(row["claim_id"]), doc_id=str(row["doc_id"]), chunk_id=str(row["chunk_id"]),
+        claim_text=row["claim_text"], source_span=row["source_span"], char_start=row["char_start"],
+        char_end=row["char_end"], is_attributed=row["is_attributed"],
+        is_current_testimony=row["is_current_testimony"],
+        claim_valid_precision=enum_value(t.ClaimValidPrecision, row["claim_valid_precision"]),
+        source_kind=row["source_kind"])
+    for span in row["evidence_spans"] or []:
+        message.evidence_spans.add(char_start=span["char_start"], char_end=span["char_end"])
+    _set_ts(message, "asserted_at", row["asserted_at"])
+    if row["claim_valid_precision"] != "unknown":
+        _set_ts(message, "claim_valid_from", row["claim_valid_from"])
+        _set_ts(message, "claim_valid_until", row["claim_valid_until"])
+    if row["claim_valid_kind"]:
+        message.claim_valid_kind = enum_value(t.ClaimValidKind, row["claim_valid_kind"])
+    if row["document_title"] is not None:
+        message.document_title = row["document_title"]
+    return message
+
+
+def chunk_message(row: Any) -> t.ChunkEvidenceResult:
+    message = t.ChunkEvidenceResult(
+        chunk_id=str(row["chunk_id"]), doc_id=str(row["doc_id"]), version_id=str(row["version_id"]),
+        representation_id=str(row["representation_id"]), chunk_text=row["chunk_text"],
+        char_start=row["char_start"], char_end=row["char_end"], source_kind=row["source_kind"])
+    if row["section_role"] is not None:
+        message.section_role = row["section_role"]
+    if row["document_title"] is not None:
+        message.document_title = row["document_title"]
+    if row["location_header"]:
+        message.context_prefix = row["location_header"]
+    _set_ts(message, "source_modified_at", row["source_modified_at"])
+    return message
+
+
+class Retrieval:
+    def __init__(self, database: Any, embedder: Embedder, graph: GraphExpansion | None, *,
+                 redact: Callable[[str, Caller], str] | None = None) -> None:
+        self.database = database
+        self.embedder = embedder
+        self.graph = graph
+        self.legs = db.SearchLegs()
+        self.redact = redact or (lambda text, caller: text)
+
+    @asynccontextmanager
+    async def snapshot(self) -> Any:
+        """One repeatable-read, read-only snapshot for a whole answer."""
+        async with self.database.transaction(isolation="repeatable_read", readonly=True) as conn:
+            yield conn
+
+    async def _now(self, conn: asyncpg.Connection) -> dt.datetime:
+        return await conn.fetchval("SELECT now()")
+
+    async def embed_query(self, text: str) -> list[float]:
+        try:
+            (vector,) = await self.embedder.embed([text])
+        except Exception as exc:  # noqa: BLE001 - any provider failure is the documented 503
+            raise Unavailable("model provider unavailable", reason="MODEL_PROVIDER_UNAVAILABLE") from exc
+        return vector
+
+    # --- operations ------------------------------------------------------------------
+
+    def descriptors(self) -> list[Any]:
+        return list(OPERATIONS)
+
+    async def run_operation(self, caller: Caller, name: str, arguments: dict[str, Any],
+                            metadata: Sequence[tuple[str, str]] = ()) -> t.Envelope | t.ContextBundle:
+        op = operation(name)
+        args = validate_arguments(op.name, arguments)
+        if op.name == "resolve_entity":
+            return await self.resolve(caller, args["name"], ())
+        if op.name == "claims_and_sources_context":
+            return await self.claims_and_sources(caller, args["query"], args.get("entity_ids"), args["k"],
+                                                 args["candidate_k"])
+        if op.name == "facts_context":
+            return await self.facts_context(caller, args["query"], args.get("entity_ids"), args["k"],
+                                            args["evidence_per_fact"], args["hops"], args.get("predicate"),
+                                            args["time"], metadata)
+        claims, facts = await asyncio.gather(
+            self.claims_and_sources(caller, args["query"], args.get("entity_ids"), 50, 200),
+            self.facts_context(caller, args["query"], args.get("entity_ids"), 15, 3, args["hops"],
+                               args.get("predicate"), args["time"], metadata))
+        return t.ContextBundle(contract="ContextBundle/v2", claims_and_sources=claims, facts=facts)
+
+    # --- resolve ---------------------------------------------------------------------
+
+    async def resolve(self, caller: Caller, name: str, context_ids: Sequence[uuid.UUID],
+                      *, width: int = 8) -> t.Envelope:
+        key = normalize_name(name)
+        vector = None
+        async with self.snapshot() as conn:
+            now = await self._now(conn)
+            env = envelope("fact", CURRENT, now)
+            tier, rows, more = await db.resolve_tiers(conn, caller, name, key, width)
+            if not rows and key:
+                # T3: profile embeddings, only when no name matched.
+                vector = await self.embed_query(name)
+                hits = await self.legs.semantic(conn, "entity", caller, vector, width + 1)
+                found = await db.entities(conn, caller, [h for h, score in hits if score >= 0.35])
+                rows = [found[h] for h, score in hits if h in found][:width]
+                tier, more = ("T3", len(hits) > width) if rows else ("", False)
+            hits_by_entity: dict[uuid.UUID, int] = {}
+            if context_ids and rows:
+                hits_by_entity = await _context_hits(conn, caller, [r["entity_id"] for r in rows], context_ids)
+        ranked = sorted(rows, key=lambda r: -hits_by_entity.get(r["entity_id"], 0))  # stable: reorders only
+        for r in ranked:
+            env.entities.add(entity_id=str(r["entity_id"]), canonical_name=self.redact(r["canonical_name"], caller),
+                             tier=enum_value(t.ResolutionTier, tier),
+                             context_hits=hits_by_entity.get(r["entity_id"], 0))
+        if tier in ("T1", "T2", "T3"):
+            truncation(env, returned=len(ranked), estimated=len(ranked) + (1 if more else 0), exact=False,
+                       reason="resolve_candidate_limit")
+        if not ranked:
+            negative(env, "unknown_entity", f"no entity is known by the name {name!r}",
+                     "search claims for the name, or try another spelling")
+        return env
+
+    # --- facts -----------------------------------------------------------------------
+
+    async def facts_context(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
+                            per_stance: int, hops: int, predicate: str | None, scope: TimeScope,
+                            metadata: Sequence[tuple[str, str]] = ()) -> t.Envelope:
+        try:
+            return await asyncio.wait_for(
+                self._facts_context(caller, query, entity_ids, k, per_stance, hops, predicate, scope, metadata),
+                FACTS_BUDGET_S)
+        except TimeoutError:
+            env = envelope("fact", scope, dt.datetime.now(dt.UTC))
+            return negative(env, "boundary", f"the {FACTS_BUDGET_S:.0f} s fact retrieval budget ran out",
+                            "narrow the question with entity_ids or a predicate, then retry")
+
+    async def _facts_context(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
+                             per_stance: int, hops: int, predicate: str | None, scope: TimeScope,
+                             metadata: Sequence[tuple[str, str]]) -> t.Envelope:
+        vector = await self.embed_query(query)
+        expanded: list[uuid.UUID] = []
+        expansion_truncated = False
+        if entity_ids and scope.mode in ("current", "at") and self.graph is not None:
+            try:
+                expanded, expansion_truncated = await self.graph.expand(
+                    metadata, entity_ids, hops, predicate, scope.at if scope.mode == "at" else None)
+            except Exception:  # noqa: BLE001 - the graph could not answer: say so, never a smaller answer
+                async with self.snapshot() as conn:
+                    env = envelope("fact", scope, await self._now(conn))
+                return negative(env, "boundary", "the live graph could not expand the anchors",
+                                "retry, or ask with mode history/overlap (anchors only)")
+        async with self.snapshot() as conn:
+            now = await self._now(conn)
+            env = envelope("fact", scope, now)
+            if entity_ids:
+                known = await db.entities(conn, caller, entity_ids)
+                missing = [str(e) for e in entity_ids if e not in known]
+                if missing:
+                    return negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
+                                    "resolve the name again with resolve_entity")
+            scope_ids = list(dict.fromkeys([*(entity_ids or []), *expanded]))[:EXPANSION_CAP]
+            extra, extra_args = "", []
+            if scope_ids:
+                extra = "AND (f.subject_entity_id = ANY($6::uuid[]) OR f.object_entity_id = ANY($6::uuid[]))"
+                extra_args = [scope_ids]
+            if predicate:
+                extra += f" AND f.predicate = ${6 + len(extra_args)}"
+                extra_args.append(predicate)
+            semantic = await self.legs.semantic(conn, "fact", caller, vector, NOMINATE, extra=_shift(extra),
+                                                extra_args=extra_args)
+            lexical = await self.legs.lexical(conn, "fact", caller, query, NOMINATE, extra=extra,
+                                              extra_args=extra_args)
+            channels: dict[str, list[uuid.UUID]] = {"semantic": [i for i, _ in semantic],
+                                                    "bm25": [i for i, _ in lexical]}
+            if not entity_ids:
+                # Entity profiles: facts of the best-matching entities join the fusion.
+                profiles = await self.legs.semantic(conn, "entity", caller, vector, EXPANSION_CAP)
+                if profiles:
+                    rows = await conn.fetch(
+                        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+                              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
+                            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""",
+                        caller.space_id, [p for p, _ in profiles], NOMINATE)
+                    channels["entity_profile"] = [r[0] for r in rows]
+            fused = rrf(channels)[:NOMINATE]
+            confirmed: list[Any] = []
+            dropped = 0
+            for start in range(0, len(fused), 50):  # confirm in batches until k+1 hold
+                batch = [f.item_id for f in fused[start:start + 50]]
+                rows = await db.facts(conn, caller, batch)
+                for fact_id in batch:
+                    row = rows.get(fact_id)
+                    if row is None or not holds(_validity(row), scope, now) or (
+                            predicate and row["predicate"] != predicate):
+                        dropped += 1
+                        continue
+                    confirmed.append(row)
+                if len(confirmed) > k:
+                    break
+            more = len(confirmed) > k
+            chosen = confirmed[:k]
+            await self._attach_facts(conn, caller, env, chosen, per_stance)
+            if expanded:
+                names = await db.entities(conn, caller, [e for e in expanded if e not in (entity_ids or [])])
+                for entity_id in expanded:
+                    if entity_id in names:
+                        env.nodes.add(entity_id=str(entity_id), name=self.redact(names[entity_id]["canonical_name"],
+                                                                                 caller), hops=1)
+        env.dropped_by_hydration = dropped
+        if more or expansion_truncated:
+            truncation(env, returned=len(chosen), estimated=len(confirmed), exact=False,
+                       reason="expansion_budget" if expansion_truncated and not more else "result_budget")
+        if not chosen:
+            negative(env, "known_empty", "no held fact matches the question in this time scope",
+                     "try mode history, or claims_and_sources_context for what sources said")
+        return env
+
+    async def _attach_facts(self, conn: asyncpg.Connection, caller: Caller, env: t.Envelope, rows: Sequence[Any],
+                            per_stance: int) -> None:
+        ids = [r["fact_id"] for r in rows]
+        counts = await db.visible_evidence_counts(conn, caller, ids)
+        groups = [r["contradiction_group"] for r in rows if r["contradiction_group"]]
+        members = await db.co_members(conn, caller, groups) if groups else {}
+        member_counts = await db.visible_evidence_counts(
+            conn, caller, [m["fact_id"] for ms in members.values() for m in ms]) if members else {}
+        for row in rows:
+            fact = env.facts.add(
+                fact_id=str(row["fact_id"]), kind=enum_value(t.FactKind, row["kind"]),
+                label=self.redact(row["label"], caller), evidence_count=counts.get(row["fact_id"], 0),
+                validity=validity_message(row), temporal_match=enum_value(t.TemporalMatch, temporal_match(
+                    _validity(row))), support=enum_value(t.FactSupport, row["support_state"]))
+            group = row["contradiction_group"]
+            if group is not None:
+                fact.contradiction_group = str(group)
+                others = [m for m in members.get(group, []) if m["fact_id"] != row["fact_id"]]
+                if others:
+                    block = fact.contradiction
+                    block.group_id = str(group)
+                    for m in others[:CO_MEMBERS]:
+                        block.co_members.add(fact_id=str(m["fact_id"]), label=self.redact(m["label"], caller),
+                                             evidence_count=member_counts.get(m["fact_id"], 0),
+                                             validity=validity_message(m))
+                    block.returned = min(len(others), CO_MEMBERS)
+                    block.total = len(others)
+        links = await db.evidence_links(conn, caller, ids, per_stance=per_stance)
+        totals = await db.evidence_totals(conn, caller, ids)
+        kinds = {r["fact_id"]: r["kind"] for r in rows}
+        kept = links[:MAX_EVIDENCE]
+        returned: dict[tuple[uuid.UUID, str], int] = {}
+        for link in kept:
+            env.fact_evidence.add(fact_kind=enum_value(t.FactKind, kinds[link["fact_id"]]),
+                                  fact_id=str(link["fact_id"]), claim_id=str(link["claim_id"]),
+                                  stance=enum_value(t.Stance, link["stance"]))
+            returned[(link["fact_id"], link["stance"])] = returned.get((link["fact_id"], link["stance"]), 0) + 1
+        for row in rows:
+            for stance in ("supports", "contradicts"):
+                env.evidence_totals.add(fact_kind=enum_value(t.FactKind, row["kind"]), fact_id=str(row["fact_id"]),
+                                        stance=enum_value(t.Stance, stance),
+                                        returned=returned.get((row["fact_id"], stance), 0),
+                                        total=totals.get((row["fact_id"], stance), 0))
+        claim_rows = await db.claims(conn, caller, list(dict.fromkeys(link["claim_id"] for link in kept)))
+        for claim_id in dict.fromkeys(link["claim_id"] for link in kept):
+            if claim_id in claim_rows:
+                env.evidence.append(self._evidence(claim_rows[claim_id], caller))
+
+    def _evidence(self, row: Any, caller: Caller) -> t.EvidenceResult:
+        message = evidence_message(row)
+        message.claim_text = self.redact(message.claim_text, caller)
+        message.source_span = self.redact(message.source_span, caller)
+        return message
+
+    # --- claims and sources ------------------------------------------------------------
+
+    async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
+                                 candidate_k: int) -> t.Envelope:
+        vector = await self.embed_query(query)
+        async with self.snapshot() as conn:
+            now = await self._now(conn)
+            env = envelope("evidence", CURRENT, now)
+            extra_claim, extra_chunk, extra_args = "", "", []
+            if entity_ids:
+                known = await db.entities(conn, caller, entity_ids)
+                missing = [str(e) for e in entity_ids if e not in known]
+                if missing:
+                    return negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
+                                    "resolve the name again with resolve_entity")
+                extra_args = [list(entity_ids)]
+                extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
+                               "AND m.resolved_entity_id = ANY($6::uuid[]))")
+                extra_chunk = ("AND EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
+                               "WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY($6::uuid[]))")
+            legs = {}
+            for kind, extra in (("claim", extra_claim), ("chunk", extra_chunk)):
+                semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, extra=_shift(extra),
+                                                    extra_args=extra_args)
+                lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, extra=extra,
+                                                  extra_args=extra_args)
+                legs[kind] = (semantic, lexical)
+            full = any(len(leg) >= candidate_k for pair in legs.values() for leg in pair)
+            dropped = 0
+            claim_order = rrf({"semantic": [i for i, _ in legs["claim"][0]], "bm25": [i for i, _ in legs["claim"][1]]})
+            claim_rows = await db.claims(conn, caller, [f.item_id for f in claim_order])
+            groups: dict[tuple[Any, ...], list[Any]] = {}
+            for fused in claim_order:
+                row = claim_rows.get(fused.item_id)
+                if row is None:
+                    dropped += 1
+                    continue
+                key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
+                       row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
+                       row["is_attributed"], row["attributed_to"])
+                groups.setdefault(key, []).append(row)
+            grouped = list(groups.values())
+            for members in grouped[:k]:
+                message = self._evidence(members[0], caller)
+                message.corroboration_count = len({m["doc_id"] for m in members})
+                message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
+                env.evidence.append(message)
+            chunk_order = rrf({"semantic": [i for i, _ in legs["chunk"][0]], "bm25": [i for i, _ in legs["chunk"][1]]})
+            chunk_rows = await db.chunks(conn, caller, [f.item_id for f in chunk_order])
+            kept_chunks = []
+            for fused in chunk_order:
+                row = chunk_rows.get(fused.item_id)
+                if row is None:
+                    dropped += 1
+                    continue
+                kept_chunks.append(row)
+            for row in kept_chunks[:k]:
+                message = chunk_message(row)
+                message.chunk_text = self.redact(message.chunk_text, caller)
+                env.chunks.append(message)
+        env.dropped_by_hydration = dropped
+        total = max(len(grouped), len(kept_chunks))
+        if total > k or full:
+            truncation(env, returned=max(len(env.evidence), len(env.chunks)), estimated=total, exact=not full,
+                       reason="result_budget")
+        if not env.evidence and not env.chunks:
+            negative(env, "known_empty", "no current testimony matches the question",
+                     "rephrase, or widen entity_ids")
+        return env
+
+
+def _shift(extra: str) -> str:
+    """Semantic legs bind one parameter fewer before the extra arguments than lexical legs:
+    renumber $6, $7… to $5, $6…"""
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) - 1}" if int(m.group(1)) >= 6 else m.group(0), extra)
+
+
+async def _context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
+                        context: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    rows = await conn.fetch(
+        f"""SELECT x.entity_id, count(*) AS n FROM (SELECT unnest($3::uuid[]) AS entity_id) x
+              JOIN facts f ON f.kind = 'relation' AND f.invalidated_at IS NULL
+                          AND ((f.subject_entity_id = x.entity_id AND f.object_entity_id = ANY($4::uuid[]))
+                            OR (f.object_entity_id = x.entity_id AND f.subject_entity_id = ANY($4::uuid[])))
+             WHERE f.space_id = $1 AND {db.FACT_SUPPORTED}
+             GROUP BY x.entity_id""", caller.space_id, db.principals(caller), list(candidates), list(context))
+    return {r["entity_id"]: r["n"] for r in rows}
+
+
+def struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(value)
+    return message
+

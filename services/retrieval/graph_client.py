@@ -1,0 +1,36 @@
+"""The graph service's expansion, called over gRPC for facts_context anchors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+
+import grpc
+from google.protobuf import timestamp_pb2
+from testament.graph.v1 import graph_pb2, graph_pb2_grpc
+
+from services.platform import telemetry
+
+
+class GrpcGraphExpansion:
+    def __init__(self, address: str, *, timeout_s: float = 5.0) -> None:
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = graph_pb2_grpc.GraphServiceStub(self._channel)
+        self._timeout_s = timeout_s
+
+    async def expand(self, caller_metadata: Sequence[tuple[str, str]], anchors: Sequence[uuid.UUID], hops: int,
+                     predicate: str | None, valid_at: dt.datetime | None) -> tuple[list[uuid.UUID], bool]:
+        request = graph_pb2.ExpandEntitiesRequest(anchor_entity_ids=[str(a) for a in anchors], hops=hops)
+        if predicate:
+            request.predicate = predicate
+        if valid_at is not None:
+            stamp = timestamp_pb2.Timestamp()
+            stamp.FromDatetime(valid_at)
+            request.valid_at.CopyFrom(stamp)
+        metadata = [(k, v) for k, v in caller_metadata if k == "authorization"] + telemetry.inject()
+        reply = await self._stub.ExpandEntities(request, metadata=metadata, timeout=self._timeout_s)
+        return [uuid.UUID(e.entity_id) for e in reply.entities], reply.truncated
+
+    async def close(self) -> None:
+        await self._channel.close()
