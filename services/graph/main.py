@@ -1,24 +1,23 @@
-"""Composition root of the graph service: wires adapters to servicers and serves them."""
+"""Composition root of the graph service: wires adapters to the servicer and serves it."""
 
 from __future__ import annotations
 
+from services.graph.adapters import PgGraphStore
+from services.graph.api import GraphServicer
+from services.graph.app import GraphService
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.server import Servicer, ServiceSpec, run_service
 from services.platform.settings import Settings, load_settings
 
-NOT_BUILT = "neighbourhoods and paths arrive with the Graph issue"
-
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "graph")
+    service = GraphService(PgGraphStore(platform.db))
     return ServiceSpec(
         name="graph",
         port=settings.port_for("graph"),
-        servicers=[
-            Servicer(SERVICE_FULL_NAMES["graph"], object(), not_built=NOT_BUILT),
-            platform.deployment,
-        ],
+        servicers=[Servicer(SERVICE_FULL_NAMES["graph"], GraphServicer(service)), platform.deployment],
         authenticator=platform.authenticator,
         closers=platform.closers,
     )

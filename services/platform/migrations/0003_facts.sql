@@ -110,6 +110,11 @@ CREATE TABLE facts (
 CREATE INDEX facts_subject ON facts (space_id, subject_entity_id) WHERE invalidated_at IS NULL;
 CREATE INDEX facts_object ON facts (space_id, object_entity_id) WHERE invalidated_at IS NULL;
 CREATE INDEX facts_predicate ON facts (space_id, predicate);
+-- Reads "as believed at" an earlier instant also walk relations retracted since then.
+CREATE INDEX facts_subject_retracted ON facts (space_id, subject_entity_id, invalidated_at)
+    WHERE kind = 'relation' AND invalidated_at IS NOT NULL;
+CREATE INDEX facts_object_retracted ON facts (space_id, object_entity_id, invalidated_at)
+    WHERE kind = 'relation' AND invalidated_at IS NOT NULL;
 CREATE INDEX facts_group ON facts (contradiction_group) WHERE contradiction_group IS NOT NULL;
 CREATE INDEX facts_hnsw_384 ON facts USING hnsw ((embedding::vector(384)) vector_cosine_ops)
     WHERE embedding_dim = 384;

@@ -1,0 +1,128 @@
+"""ACL property test: documents with clustered access lists, random callers; every answer
+derives only from documents the caller may see, and the vector leg keeps its recall."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.platform.auth import Caller, Scope
+from services.platform.db import Database
+from services.platform.embeddings import HashEmbeddings
+from services.retrieval import adapters as db
+from services.retrieval.app import Retrieval
+from services.retrieval.domain import CURRENT
+from services.retrieval.exposure import check
+from tests.conftest import clone_database
+from tests.e2e.test_pipeline import Pipeline
+from tests.support import run_service
+
+TOPICS = {
+    "billing": ["invoice exporter", "billing ledger", "payment retries"],
+    "search": ["ranking service", "query parser", "search index"],
+    "hiring": ["interview loop", "offer letters", "recruiting pipeline"],
+    "security": ["key rotation", "audit trail", "access review"],
+}
+PEOPLE = ["Ravi", "Dana", "Mira", "Omar", "Lena", "Tariq"]
+
+
+def _documents(rng: random.Random) -> list[tuple[str, list[str]]]:
+    docs = []
+    for topic, things in TOPICS.items():
+        for n in range(8):
+            person = rng.choice(PEOPLE)
+            thing = rng.choice(things)
+            text = (f"# {topic.title()} note {n}\n\n{person} owns the {thing} for {topic}.\n\n"
+                    f"{person} uses the {rng.choice(things)} every week.\n")
+            # Clustered: a topic's documents belong to its team; a few are public or shared.
+            roll = rng.random()
+            acl = [] if roll < 0.15 else [topic] if roll < 0.85 else [topic, rng.choice(list(TOPICS))]
+            docs.append((text, sorted(set(acl))))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def loaded(pg, tmp_path_factory: pytest.TempPathFactory):
+    dsn = clone_database(pg)
+    tmp = tmp_path_factory.mktemp("acl")
+    env = {"TESTAMENT_DATA_DIR": str(tmp), "TESTAMENT_WORKER_POLL_S": "0.5"}
+    rng = random.Random(7)
+    docs = _documents(rng)
+    with run_service("ingest", dsn, tmp, **env) as ingest, run_service("pipeline", dsn, tmp, **env) as pipeline:
+        stack = Pipeline(dsn, ingest.address, pipeline.address, tmp)
+        for i, (text, acl) in enumerate(docs):
+            version = stack.upload(text.encode(), f"doc{i}.md", acl=acl)
+            assert stack.wait(version.version_id).ready
+    return dsn, docs
+
+
+def _visible(acl: list[str], principals: frozenset[str]) -> bool:
+    return not acl or bool(set(acl) & principals)
+
+
+async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
+    database = await Database.connect(dsn, min_size=1, max_size=4)
+    try:
+        retrieval = Retrieval(database, HashEmbeddings(dimension=384), graph=None)
+        space = await database.fetchval("SELECT space_id FROM spaces WHERE is_default")
+        rows = await database.fetch("SELECT doc_id, acl FROM documents")
+        doc_acl = {r["doc_id"]: list(r["acl"]) for r in rows}
+        rng = random.Random(11)
+        for _ in range(12):
+            principals = frozenset(rng.sample(list(TOPICS), rng.randint(1, 2)))
+            caller = Caller(space, Scope.READ, principals)
+            visible_docs = {d for d, acl in doc_acl.items() if _visible(acl, principals)}
+            visible_names = {p for text, acl in docs if _visible(acl, principals) for p in PEOPLE if p in text}
+            query = f"who owns the {rng.choice(rng.choice(list(TOPICS.values())))}"
+            envs = [
+                await retrieval.facts_context(caller, query, None, 30, 5, 1, None, CURRENT),
+                await retrieval.claims_and_sources(caller, query, None, 50, 200),
+                await retrieval.resolve(caller, rng.choice(PEOPLE), ()),
+            ]
+            for env in envs:
+                for e in env.evidence:
+                    assert uuid.UUID(e.doc_id) in visible_docs, (principals, e.claim_text)
+                for c in env.chunks:
+                    assert uuid.UUID(c.doc_id) in visible_docs
+                for entity in env.entities:
+                    assert entity.canonical_name in visible_names, (principals, entity.canonical_name)
+                for fact in env.facts:
+                    assert any(name in fact.label for name in visible_names)
+            # Recall of the vector leg against an exact oracle over the visible rows.
+            vector = (await HashEmbeddings(dimension=384).embed([query]))[0]
+            async with database.transaction(isolation="repeatable_read", readonly=True) as conn:
+                found = [i for i, _ in await retrieval.legs.semantic(conn, "claim", caller, vector, 10)]
+                oracle = await conn.fetch(
+                    f"""SELECT c.claim_id FROM claims c WHERE c.space_id = $1 AND c.is_current_testimony
+                          AND c.embedding_dim = 384 AND {db.CLAIM_VISIBLE}
+                        ORDER BY c.embedding <=> $3 LIMIT 10""", space, sorted(principals),
+                    np.asarray(vector, dtype="float32"))
+            truth = {r[0] for r in oracle}
+            assert len(set(found) & truth) / max(1, len(truth)) >= 0.99
+    finally:
+        await database.close()
+
+
+def test_every_answer_derives_only_from_visible_documents(loaded) -> None:
+    dsn, docs = loaded
+    asyncio.run(_probe(dsn, docs))
+
+
+def test_the_exposure_check_reports_per_principal(loaded, tmp_path: Path) -> None:
+    dsn, _ = loaded
+
+    async def run() -> dict:
+        database = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            return await check(database, k=5, queries=5)
+        finally:
+            await database.close()
+
+    report = asyncio.run(run())
+    assert {p["principal"] for p in report["principals"]} == set(TOPICS)
+    assert all(p["testament_recall_at_k"] >= 0.99 for p in report["principals"])
