@@ -13,7 +13,15 @@ from services.platform.errors import Unavailable
 # MCP tool -> tool version, for the tools whose routes this release actually serves.
 # The real `remember` MCP server renders a tool only when its version matches, so a
 # tool is listed here only once its routes answer (each issue adds its own).
-SERVED_TOOLS: dict[str, int] = {}
+SERVED_TOOLS: dict[str, int] = {
+    "ingest": 1,
+    "pipeline_readiness": 1,
+    "delete_document": 1,
+    "resolve_entity": 1,
+    "claims_and_sources_context": 2,
+    "facts_context": 3,
+    "combined_context": 4,
+}
 
 
 class DeploymentServicer:

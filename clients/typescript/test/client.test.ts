@@ -194,7 +194,8 @@ describe("testament stack", () => {
     const response = await client("deployment").deployment.getDeployment({});
     assert.equal(response.buildRevision, "");
     assert.deepEqual(response.modelBindings, {});
-    assert.deepEqual(response.tools, {});
+    assert.equal(response.tools["facts_context"], 3);
+    assert.equal(response.tools["query_sql"], undefined); // the SQL face is not served yet
   });
 
   test("deployment.checkHealth answers ok on every service port", async () => {
