@@ -124,7 +124,8 @@ class Upstreams:
             for name, addr in addresses.items()
         }
 
-    def channel_for(self, service_full_name: str) -> grpc.aio.Channel:
+    def channel_for(self, service_full_name: str) -> grpc.aio.Channel | None:
+        """The channel of the service that serves this contract service (None: not deployed)."""
         key = service_full_name.split(".")[1]  # testament.<pkg>.v1.Service
         if key in self._channels:
             return self._channels[key]
@@ -132,7 +133,7 @@ class Upstreams:
             for name in ("ingest", "retrieval", "queryspace", "graph", "pipeline"):
                 if name in self._channels:
                     return self._channels[name]
-        raise LookupError(f"no upstream serves {service_full_name}")
+        return None
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -212,9 +213,8 @@ class Gateway:
         return await self._call(route, message, request)
 
     async def _call(self, route: Route, message: Message, request: Request) -> Response:
-        try:
-            channel = self.upstreams.channel_for(route.service.full_name)
-        except LookupError:
+        channel = self.upstreams.channel_for(route.service.full_name)
+        if channel is None:
             return detail(503, "service unavailable")
         call = channel.unary_unary(
             route.full_method,
@@ -259,9 +259,8 @@ class Gateway:
                     if part:
                         yield request_cls(chunk=part)
 
-        try:
-            channel = self.upstreams.channel_for(route.service.full_name)
-        except LookupError:
+        channel = self.upstreams.channel_for(route.service.full_name)
+        if channel is None:
             return detail(503, "service unavailable")
         call = channel.stream_unary(
             route.full_method,

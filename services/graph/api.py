@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import grpc
-from google.protobuf import timestamp_pb2
 from testament.common.v1 import types_pb2
 from testament.graph.v1 import graph_pb2
 
@@ -21,6 +19,7 @@ from services.graph.domain import (
     path_query,
 )
 from services.platform.auth import require_caller
+from services.platform.wire import optional, timestamp
 
 _PRECISION = {
     "unknown": types_pb2.CLAIM_VALID_PRECISION_UNKNOWN, "instant": types_pb2.CLAIM_VALID_PRECISION_INSTANT,
@@ -42,14 +41,6 @@ _NEGATIVE = {
 }
 
 
-def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value.astimezone(dt.UTC))
-    return stamp
-
-
-def _optional(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
 
 
 def _node(target: types_pb2.GraphNode, node: Node) -> None:
@@ -118,10 +109,10 @@ class GraphServicer:
     async def Neighborhood(self, request: graph_pb2.NeighborhoodRequest,
                            context: grpc.aio.ServicerContext) -> graph_pb2.NeighborhoodResponse:
         query = neighborhood_query(
-            entity_id=request.entity_id, hops=_optional(request, "hops"), predicates=list(request.predicates),
-            valid_at=_optional(request, "valid_at"), believed_at=_optional(request, "believed_at"),
-            limit=_optional(request, "limit"), continuation=_optional(request, "continuation"),
-            include_paths=_optional(request, "include_paths"),
+            entity_id=request.entity_id, hops=optional(request, "hops"), predicates=list(request.predicates),
+            valid_at=optional(request, "valid_at"), believed_at=optional(request, "believed_at"),
+            limit=optional(request, "limit"), continuation=optional(request, "continuation"),
+            include_paths=optional(request, "include_paths"),
         )
         result = await self.service.neighborhood(require_caller(), query)
         return graph_pb2.NeighborhoodResponse(envelope=envelope(result))
@@ -130,8 +121,8 @@ class GraphServicer:
                    context: grpc.aio.ServicerContext) -> graph_pb2.PathResponse:
         query = path_query(
             from_entity_id=request.from_entity_id, to_entity_id=request.to_entity_id,
-            max_hops=_optional(request, "max_hops"), predicates=list(request.predicates),
-            valid_at=_optional(request, "valid_at"), believed_at=_optional(request, "believed_at"),
+            max_hops=optional(request, "max_hops"), predicates=list(request.predicates),
+            valid_at=optional(request, "valid_at"), believed_at=optional(request, "believed_at"),
         )
         result = await self.service.path(require_caller(), query)
         return graph_pb2.PathResponse(envelope=envelope(result))
@@ -139,7 +130,7 @@ class GraphServicer:
     async def CitationPath(self, request: graph_pb2.CitationPathRequest,
                            context: grpc.aio.ServicerContext) -> graph_pb2.CitationPathResponse:
         query = citation_query(from_doc_id=request.from_doc_id, to_doc_id=request.to_doc_id,
-                               max_hops=_optional(request, "max_hops"))
+                               max_hops=optional(request, "max_hops"))
         result = await self.service.citation_path(require_caller(), query)
         return graph_pb2.CitationPathResponse(envelope=envelope(result))
 
@@ -147,7 +138,7 @@ class GraphServicer:
                              context: grpc.aio.ServicerContext) -> graph_pb2.ExpandEntitiesResponse:
         valid_at = request.valid_at.ToDatetime(tzinfo=dt.UTC) if request.HasField("valid_at") else None
         query = expand_query(anchors=list(request.anchor_entity_ids), hops=request.hops,
-                             predicate=_optional(request, "predicate"), valid_at=valid_at)
+                             predicate=optional(request, "predicate"), valid_at=valid_at)
         expansion = await self.service.expand(require_caller(), query)
         reply = graph_pb2.ExpandEntitiesResponse(truncated=expansion.truncated)
         for entity_id, hops in expansion.entities:

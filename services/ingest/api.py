@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import timestamp_pb2
 from testament.common.v1 import stage_pb2
 from testament.ingest.v1 import ingest_pb2
 
@@ -22,6 +20,7 @@ from services.ingest.domain import (
 )
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, InvalidArgument, ValidationFailed
+from services.platform.wire import optional, timestamp
 
 _MODES = {ingest_pb2.VERSIONING_MODE_SNAPSHOT: "snapshot", ingest_pb2.VERSIONING_MODE_LIVING: "living"}
 _MODE_ENUM = {v: k for k, v in _MODES.items()}
@@ -44,14 +43,6 @@ _DEFER = {
 _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 
 
-def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value.astimezone(dt.UTC))
-    return stamp
-
-
-def _optional(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
 
 
 class IngestServicer:
@@ -65,12 +56,12 @@ class IngestServicer:
             raise InvalidArgument("the first message of an upload must carry its options", reason="OPTIONS_FIRST")
         o = first.options
         request = UploadRequest(
-            filename=o.filename, mime=o.mime, title=_optional(o, "title"),
-            source_kind=_optional(o, "source_kind"), source_ref=_optional(o, "source_ref"),
-            source_modified_at=_optional(o, "source_modified_at"),
+            filename=o.filename, mime=o.mime, title=optional(o, "title"),
+            source_kind=optional(o, "source_kind"), source_ref=optional(o, "source_ref"),
+            source_modified_at=optional(o, "source_modified_at"),
             versioning_mode=_MODES.get(o.versioning_mode) if o.HasField("versioning_mode") else None,  # type: ignore[arg-type]
-            source_version_ref=_optional(o, "source_version_ref"),
-            principal_kind=_optional(o, "principal_kind"), principal_ref=_optional(o, "principal_ref"),
+            source_version_ref=optional(o, "source_version_ref"),
+            principal_kind=optional(o, "principal_kind"), principal_ref=optional(o, "principal_ref"),
             acl=tuple(o.acl),
         )
 
@@ -94,7 +85,7 @@ class IngestServicer:
     async def ListDocuments(self, request: ingest_pb2.ListDocumentsRequest,
                             context: grpc.aio.ServicerContext) -> ingest_pb2.ListDocumentsResponse:
         status = _STATUS_FILTER.get(request.status) if request.HasField("status") else None
-        query = list_query(_optional(request, "limit"), _optional(request, "cursor") or None, status)
+        query = list_query(optional(request, "limit"), optional(request, "cursor") or None, status)
         rows = await self.service.list_documents(require_caller(), query)
         page, more = rows[:query.limit], len(rows) > query.limit
         reply = ingest_pb2.ListDocumentsResponse()

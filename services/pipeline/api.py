@@ -15,12 +15,12 @@ import grpc
 from testament.common.v1 import stage_pb2
 from testament.pipeline.v1 import pipeline_pb2
 
-from services.ingest.api import timestamp
 from services.ingest.domain import parse_uuid
 from services.pipeline.adapters.queue import PgQueue
 from services.platform.auth import require_caller
 from services.platform.db import Database
 from services.platform.errors import BadRequest, FieldViolation, NotFound, ValidationFailed
+from services.platform.wire import timestamp
 
 _STATUS = {"pending": stage_pb2.STAGE_STATUS_PENDING, "running": stage_pb2.STAGE_STATUS_RUNNING,
            "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED, "failed": stage_pb2.STAGE_STATUS_FAILED,

@@ -3,10 +3,12 @@ the vocabulary they store ("relation", "supports", "T0"…)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 from typing import Any
 
+from google.protobuf import timestamp_pb2
 from google.protobuf.descriptor import EnumDescriptor
 from testament.common.v1 import options_pb2
 
@@ -33,3 +35,14 @@ def enum_wire_names(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int
 def enum_value(enum_type: Any, wire: str) -> int:
     """The number of a generated enum (e.g. ``types_pb2.Stance``) for its wire string."""
     return enum_wire_names(enum_type.DESCRIPTOR)[1][wire]
+
+
+def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(dt.UTC))
+    return stamp
+
+
+def optional(message: Any, name: str) -> Any:
+    """A proto3 ``optional`` field's value, or None when unset."""
+    return getattr(message, name) if message.HasField(name) else None

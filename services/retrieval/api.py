@@ -13,6 +13,7 @@ from testament.retrieval.v1 import retrieval_pb2
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
+from services.platform.wire import optional
 from services.retrieval.app import Retrieval, struct
 from services.retrieval.domain import OPERATIONS, bounded_int
 from services.retrieval.primitives import Primitives
@@ -29,9 +30,6 @@ def uuid_field(name: str, raw: str) -> uuid.UUID:
     except ValueError:
         raise ValidationFailed([FieldViolation(name, "Input should be a valid UUID", "uuid_parsing", raw)]) from None
 
-
-def _optional(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
 
 
 def _forward(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
@@ -82,15 +80,15 @@ class RetrievalServicer:
             if request.HasField("subject_entity_id") else None,
             obj=uuid_field("object_entity_id", request.object_entity_id)
             if request.HasField("object_entity_id") else None,
-            predicate=_optional(request, "predicate"), valid_at=_optional(request, "valid_at"),
-            k=bounded_int("k", _optional(request, "k"), 50, 1, 400))
+            predicate=optional(request, "predicate"), valid_at=optional(request, "valid_at"),
+            k=bounded_int("k", optional(request, "k"), 50, 1, 400))
         return retrieval_pb2.LookupRelationsResponse(envelope=env)
 
     async def LookupObservations(self, request: retrieval_pb2.LookupObservationsRequest,
                                  context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupObservationsResponse:
         env = await self.primitives.lookup_observations(
-            require_caller(), uuid_field("entity_id", request.entity_id), _optional(request, "property_query"),
-            bounded_int("k", _optional(request, "k"), 10, 1, 400))
+            require_caller(), uuid_field("entity_id", request.entity_id), optional(request, "property_query"),
+            bounded_int("k", optional(request, "k"), 10, 1, 400))
         return retrieval_pb2.LookupObservationsResponse(envelope=env)
 
     async def HydrateRelation(self, request: retrieval_pb2.HydrateRelationRequest,
@@ -111,7 +109,7 @@ class RetrievalServicer:
             raise ValidationFailed([FieldViolation("query", "String should have at least 1 character",
                                                    "string_too_short", "", {"min_length": 1})])
         channel = _CHANNELS.get(request.channel, "semantic") if request.HasField("channel") else "semantic"
-        return request.query, bounded_int("k", _optional(request, "k"), 10, 1, 400), channel
+        return request.query, bounded_int("k", optional(request, "k"), 10, 1, 400), channel
 
     async def SearchClaims(self, request: retrieval_pb2.SearchClaimsRequest,
                            context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchClaimsResponse:
@@ -127,12 +125,12 @@ class RetrievalServicer:
 
     async def AdjacentChunks(self, request: retrieval_pb2.AdjacentChunksRequest,
                              context: grpc.aio.ServicerContext) -> retrieval_pb2.AdjacentChunksResponse:
-        window = bounded_int("window", _optional(request, "window"), 1, 1, 2)
+        window = bounded_int("window", optional(request, "window"), 1, 1, 2)
         env = await self.primitives.adjacent(require_caller(), uuid_field("chunk_id", request.chunk_id), window)
         return retrieval_pb2.AdjacentChunksResponse(envelope=env)
 
     async def WatchChanges(self, request: retrieval_pb2.WatchChangesRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[retrieval_pb2.WatchChangesResponse]:
-        async for message in self.primitives.watch_changes(require_caller(), _optional(request, "cursor"),
+        async for message in self.primitives.watch_changes(require_caller(), optional(request, "cursor"),
                                                            list(request.kinds)):
             yield message

@@ -23,7 +23,7 @@ from testament.common.v1 import types_pb2 as t
 from services.platform.auth import Caller
 from services.platform.errors import Unavailable
 from services.platform.text import fold, normalize_name
-from services.platform.wire import enum_value
+from services.platform.wire import enum_value, timestamp
 from services.retrieval import adapters as db
 from services.retrieval.domain import (
     CURRENT,
@@ -56,11 +56,7 @@ class GraphExpansion(Protocol):
 
 
 def ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
-    if value is None:
-        return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value.astimezone(dt.UTC))
-    return stamp
+    return None if value is None else timestamp(value)
 
 
 def _set_ts(message: Any, name: str, value: dt.datetime | None) -> None:
@@ -280,11 +276,8 @@ class Retrieval:
             now = await self._now(conn)
             env = envelope("fact", scope, now)
             if entity_ids:
-                known = await db.entities(conn, caller, entity_ids)
-                missing = [str(e) for e in entity_ids if e not in known]
-                if missing:
-                    return negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
-                                    "resolve the name again with resolve_entity")
+                if await _unknown_anchors(conn, caller, env, entity_ids):
+                    return env
             scope_ids = list(dict.fromkeys([*(entity_ids or []), *expanded]))[:EXPANSION_CAP]
             extra, extra_args = "", []
             if scope_ids:
@@ -406,11 +399,8 @@ class Retrieval:
             env = envelope("evidence", CURRENT, now)
             extra_claim, extra_chunk, extra_args = "", "", []
             if entity_ids:
-                known = await db.entities(conn, caller, entity_ids)
-                missing = [str(e) for e in entity_ids if e not in known]
-                if missing:
-                    return negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
-                                    "resolve the name again with resolve_entity")
+                if await _unknown_anchors(conn, caller, env, entity_ids):
+                    return env
                 extra_args = [list(entity_ids)]
                 extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
                                "AND m.resolved_entity_id = ANY($6::uuid[]))")
@@ -471,6 +461,18 @@ def _shift(extra: str) -> str:
     """Semantic legs bind one parameter fewer before the extra arguments than lexical legs:
     renumber $6, $7… to $5, $6…"""
     return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) - 1}" if int(m.group(1)) >= 6 else m.group(0), extra)
+
+
+async def _unknown_anchors(conn: asyncpg.Connection, caller: Caller, env: t.Envelope,
+                           entity_ids: Sequence[uuid.UUID]) -> bool:
+    """Every anchor must be a current entity the caller can see; otherwise the whole call is
+    ``unknown_entity`` and nothing is searched."""
+    known = await db.entities(conn, caller, entity_ids)
+    missing = [str(e) for e in entity_ids if e not in known]
+    if missing:
+        negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
+                 "resolve the name again with resolve_entity")
+    return bool(missing)
 
 
 async def _context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
