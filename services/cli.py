@@ -5,6 +5,7 @@
     testament serve SERVICE                                 one service process
     testament keys create --scope read|ingest|write [--principal P ...] [--trusted]
     testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
+    testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
 """
 
 from __future__ import annotations
@@ -133,6 +134,50 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ops_merges(args: argparse.Namespace) -> int:
+    """Merge proposals, read and changed directly in PostgreSQL. Applying is a reversible redirect."""
+    import uuid
+
+    from services.pipeline.adapters import merges
+    from services.platform.db import Database
+
+    async def run() -> tuple[int, dict[str, object]]:
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
+        try:
+            if args.merges_command == "list":
+                items = await merges.list_proposals(db, status=args.status, limit=args.limit)
+                return 0, {"total": len(items), "items": items}
+            proposal_id = uuid.UUID(args.proposal_id)
+            change = merges.apply if args.merges_command == "apply" else merges.revert
+            try:
+                async with db.transaction() as conn:
+                    return 0, await change(conn, proposal_id)
+            except merges.MergeRefused as exc:
+                return 1, {"proposal_id": str(proposal_id), "refused": exc.reason, "detail": exc.detail}
+        finally:
+            await db.close()
+
+    code, document = asyncio.run(run())
+    print(json.dumps(document))
+    return code
+
+
+def _cmd_check_acl_exposure(args: argparse.Namespace) -> int:
+    from services.platform.db import Database
+    from services.retrieval.exposure import check
+
+    async def run() -> dict[str, object]:
+        db = await Database.connect(args.database_url or _require_dsn(), min_size=1, max_size=2,
+                                    query_timeout_s=120)
+        try:
+            return await check(db, k=args.k, queries=args.queries)
+        finally:
+            await db.close()
+
+    print(json.dumps(asyncio.run(run()), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +214,21 @@ def main(argv: list[str] | None = None) -> None:
     ops_sub.add_parser("resume-no-route", help="release parked work whose MIME type now has a route")
     ops_sub.add_parser("inspect", help="queue counts by stage, status and defer reason")
     p_ops.set_defaults(func=_cmd_ops)
+    p_merges = ops_sub.add_parser("merges", help="entity merge proposals: list, apply, revert")
+    merges_sub = p_merges.add_subparsers(dest="merges_command", required=True)
+    p_mlist = merges_sub.add_parser("list", help="list merge proposals")
+    p_mlist.add_argument("--status", choices=["proposed", "applied", "reverted", "rejected"], default=None)
+    p_mlist.add_argument("--limit", type=int, default=100)
+    merges_sub.add_parser("apply", help="apply one proposal (a redirect with a snapshot)").add_argument("proposal_id")
+    merges_sub.add_parser("revert", help="revert an applied proposal from its snapshot").add_argument("proposal_id")
+    p_merges.set_defaults(func=_cmd_ops_merges)
+
+    p_exposure = sub.add_parser("check-acl-exposure",
+                                help="measure the recall an ACL post-filter loses on this database (read-only)")
+    p_exposure.add_argument("--database-url", default=None)
+    p_exposure.add_argument("--k", type=int, default=10)
+    p_exposure.add_argument("--queries", type=int, default=20)
+    p_exposure.set_defaults(func=_cmd_check_acl_exposure)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

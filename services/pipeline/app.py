@@ -54,8 +54,10 @@ def representation_key(sha256: str) -> str:
 class Stages:
     def __init__(self, store: PgStageStore, objects: ObjectStore, converters: Mapping[str, Converter],
                  embeddings: EmbeddingProvider, claims: ClaimProvider, facts: FactsWriter, *,
-                 chunk_token_budget: int, embed_batch_size: int, confidence_floor: float = 0.75) -> None:
+                 chunk_token_budget: int, embed_batch_size: int, confidence_floor: float = 0.75,
+                 redact_ingest: Callable[[str], str] | None = None) -> None:
         self.facts = facts
+        self.redact_ingest = redact_ingest
         self.confidence_floor = confidence_floor
         self.store = store
         self.objects = objects
@@ -96,6 +98,8 @@ class Stages:
             markdown = await converter.convert(data, source.mime, source.filename or "document")
         except ConversionFailed as exc:
             raise StageFailure("extraction_failed", f"{exc.reason}: {exc.detail}", permanent=exc.permanent) from exc
+        if self.redact_ingest is not None:  # apply_at ingest: what is stored never held the value
+            markdown = self.redact_ingest(markdown)
         encoded = markdown.encode("utf-8")
         sha = hashlib.sha256(encoded).hexdigest()
         key = representation_key(sha)
@@ -244,8 +248,15 @@ class Stages:
     # --- facts (Pipeline part 2) --------------------------------------------------------
 
     async def _normalize_relations(self, unit: Claimed, source: VersionSource) -> Done:
+        # Names the memory does not know yet are embedded with their claim (outside the
+        # transaction) so resolution can compare them with entity profiles (T3).
+        self._check_model(await self.store.space_model(source.space_id))
+        texts = await self.facts.context_texts(source)
+        vectors = dict(zip(texts, await self._call_embeddings(unit, source, list(texts.values())),
+                           strict=True)) if texts else {}
+
         async def write(conn: Any) -> None:
-            await self.facts.normalize(conn, source)
+            await self.facts.normalize(conn, source, context_vector=vectors)
 
         return Done(write)
 

@@ -16,6 +16,7 @@ from services.pipeline.domain.claims import ClaimProvider, RulesClaimProvider
 from services.platform.bootstrap import open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
+from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
 
@@ -32,9 +33,14 @@ async def build(settings: Settings) -> ServiceSpec:
     queue = PgQueue(platform.db, owner=f"{socket.gethostname()}:{os.getpid()}", lease_s=settings.worker_lease_s,
                     backoff_base_s=settings.work_retry_backoff_base_s,
                     backoff_max_s=settings.work_retry_backoff_max_s, max_attempts=settings.work_max_attempts)
+    try:
+        redactor = redactor_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-pipeline: TESTAMENT_REDACTION_POLICY: {exc}") from None
     stages = Stages(PgStageStore(platform.db), store, build_converters(settings.conversion_routes),
                     provider_from_settings(settings), claim_provider(settings), FactsWriter(platform.db),
-                    chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size)
+                    chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size,
+                    redact_ingest=(lambda text: redactor.redact_ingest(text).text) if redactor else None)
     assert settings.database_url is not None
     worker = Worker(queue, stages, Wakeup(settings.database_url), concurrency=settings.worker_concurrency,
                     poll_s=settings.worker_poll_s)

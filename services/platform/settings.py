@@ -93,6 +93,11 @@ class Settings(BaseSettings):
         description="JSON map MIME type -> converter; replaces the defaults.",
     )
 
+    # --- redaction ------------------------------------------------------------------
+    redaction_policy: str | None = Field(
+        default=None, description="JSON redaction policy (rules: detector|pattern, action, apply_at, unless).")
+    redaction_key: str | None = Field(default=None, description="Secret for keyed-hash redaction.")
+
     # --- pipeline -----------------------------------------------------------------
     worker_concurrency: int = Field(default=4, ge=1, le=64, description="Units run at once per pipeline process.")
     worker_lease_s: float = Field(default=60.0, ge=1, le=3600)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from services.platform.auth import Caller
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
+from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
 from services.retrieval.api import RetrievalServicer
 from services.retrieval.app import Retrieval
+from services.retrieval.changefeed import ChangeFeed
 from services.retrieval.graph_client import GrpcGraphExpansion
 from services.retrieval.primitives import Primitives
 
@@ -19,15 +22,26 @@ async def build(settings: Settings) -> ServiceSpec:
         embedder = provider_from_settings(settings)
     except ValueError as exc:
         raise StartupError(f"testament-retrieval: {exc}") from None
+    try:
+        redactor = redactor_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-retrieval: TESTAMENT_REDACTION_POLICY: {exc}") from None
     graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
-    retrieval = Retrieval(platform.db, embedder, graph)
+    redact = None
+    if redactor is not None:
+        def redact(text: str, caller: Caller) -> str:
+            return redactor.redact_output(text, caller.principals).text
+    retrieval = Retrieval(platform.db, embedder, graph, redact=redact)
+    assert settings.database_url is not None
+    changes = ChangeFeed(platform.db, settings.database_url, redact or (lambda text, caller: text))
     closers = [*platform.closers]
     if graph is not None:
         closers.insert(0, graph.close)
     return ServiceSpec(
         name="retrieval",
         port=settings.port_for("retrieval"),
-        servicers=[Servicer(SERVICE_FULL_NAMES["retrieval"], RetrievalServicer(retrieval, Primitives(retrieval))),
+        servicers=[Servicer(SERVICE_FULL_NAMES["retrieval"],
+                            RetrievalServicer(retrieval, Primitives(retrieval, changes))),
                    platform.deployment],
         authenticator=platform.authenticator,
         closers=closers,

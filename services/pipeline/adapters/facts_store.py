@@ -11,19 +11,40 @@ import datetime as dt
 import json
 import re
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+import numpy as np
 
+from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
 from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict
 from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose
-from services.pipeline.domain.facts import Window, attribute_key, normalize_name
+from services.pipeline.domain.facts import (
+    ClaimView,
+    Window,
+    attribute_key,
+    normalize_claim,
+    normalize_name,
+    valid_predicate,
+)
+
+if TYPE_CHECKING:
+    from services.pipeline.adapters.store import VersionSource
 
 # Candidate width per tier: the cascade finds candidates, the chooser decides.
 CANDIDATE_WIDTH = 8
 TRIGRAM_FLOOR = 0.3
+# T3: cosine similarity (1 - pgvector `<=>`) between the mention-in-its-claim vector and an
+# entity's profile vector, same dimension only, that makes the entity a *candidate*. It is
+# low on purpose: lexical hash vectors score a true descriptive match around 0.2 (MiniLM
+# higher); at most CANDIDATE_WIDTH candidates, and the chooser's own rules decide.
+T3_FLOOR = 0.15
+
+# Entities a merge redirected are read through their survivor (one hop: merges.apply
+# refuses chains).
+_LIVE = "coalesce(e.merged_into, e.entity_id)"
 
 
 async def lock_space(conn: asyncpg.Connection, space_id: uuid.UUID) -> None:
@@ -41,42 +62,80 @@ async def known_aliases(conn: Any, space_id: uuid.UUID, texts: Sequence[str]) ->
         return frozenset()
     rows = await conn.fetch(
         """SELECT DISTINCT a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id)
-            WHERE a.space_id = $1 AND a.normalized_alias = ANY($2::text[]) AND e.merged_into IS NULL""",
+            WHERE a.space_id = $1 AND a.normalized_alias = ANY($2::text[])""",
         space_id, sorted(grams))
     return frozenset(r[0] for r in rows)
 
 
-async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
-                     name: str) -> list[Candidate]:
-    """T0 exact alias (every match), then T1 trigram, then T2 Daitch–Mokotoff, stopping at
-    the first tier that finds anything. Entities already named in the document are marked."""
+async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID, name: str, *,
+                     context_vector: Sequence[float] | None = None,
+                     claim_id: uuid.UUID | None = None) -> list[Candidate]:
+    """T0 exact alias (every match), then T1 trigram, then T2 Daitch–Mokotoff, then T3
+    profile embedding (only with a precomputed ``context_vector``: the mention in its claim,
+    embedded outside the transaction), stopping at the first tier that finds anything.
+    Merged entities are read through their survivor; entities already named in the
+    document are marked."""
     key = normalize_name(name)
     in_doc = {r[0] for r in await conn.fetch(
-        "SELECT DISTINCT resolved_entity_id FROM mentions WHERE doc_id = $1 AND resolved_entity_id IS NOT NULL",
-        doc_id)}
+        f"""SELECT DISTINCT {_LIVE} FROM mentions m JOIN entities e ON e.entity_id = m.resolved_entity_id
+             WHERE m.doc_id = $1""", doc_id)}
     rows = await conn.fetch(
-        """SELECT DISTINCT ON (e.entity_id) e.entity_id, a.normalized_alias
-             FROM entity_aliases a JOIN entities e USING (entity_id)
-            WHERE a.space_id = $1 AND a.normalized_alias = $2 AND e.merged_into IS NULL""", space_id, key)
+        f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias
+              FROM entity_aliases a JOIN entities e USING (entity_id)
+             WHERE a.space_id = $1 AND a.normalized_alias = $2""", space_id, key)
     if rows:
         return [Candidate(r[0], r[1], "T0", 1.0, r[0] in in_doc) for r in rows]
     rows = await conn.fetch(
-        """SELECT e.entity_id, a.normalized_alias, similarity(a.normalized_alias, $2) AS score
-             FROM entity_aliases a JOIN entities e USING (entity_id)
-            WHERE a.space_id = $1 AND e.merged_into IS NULL AND a.normalized_alias % $2
-              AND similarity(a.normalized_alias, $2) >= $3
-            ORDER BY score DESC LIMIT $4""", space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
+        f"""SELECT {_LIVE}, a.normalized_alias, similarity(a.normalized_alias, $2) AS score
+              FROM entity_aliases a JOIN entities e USING (entity_id)
+             WHERE a.space_id = $1 AND a.normalized_alias % $2
+               AND similarity(a.normalized_alias, $2) >= $3
+             ORDER BY score DESC LIMIT $4""", space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
     found = _best_per_entity([Candidate(r[0], r[1], "T1", float(r[2]), r[0] in in_doc) for r in rows])
     if found:
         return found[:CANDIDATE_WIDTH]
     codes = await phonetic(conn, key)
     if codes:
         rows = await conn.fetch(
-            """SELECT e.entity_id, a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id)
-                WHERE a.space_id = $1 AND e.merged_into IS NULL AND a.phonetic && $2::text[]
-                LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
-        return _best_per_entity([Candidate(r[0], r[1], "T2", 0.7, r[0] in in_doc) for r in rows])
-    return []
+            f"""SELECT {_LIVE}, a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id)
+                 WHERE a.space_id = $1 AND a.phonetic && $2::text[]
+                 LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
+        found = _best_per_entity([Candidate(r[0], r[1], "T2", 0.7, r[0] in in_doc) for r in rows])
+        if found:
+            return found
+    if context_vector is None or not len(context_vector):
+        return []
+    return await profile_candidates(conn, space_id, key, context_vector, in_doc, claim_id)
+
+
+async def profile_candidates(conn: asyncpg.Connection, space_id: uuid.UUID, key: str,
+                             vector: Sequence[float], in_doc: set[uuid.UUID] | frozenset[uuid.UUID] = frozenset(),
+                             claim_id: uuid.UUID | None = None) -> list[Candidate]:
+    """T3: live entities whose profile vector (same dimension) is within T3_FLOOR cosine of
+    the mention's context vector, best first, at most CANDIDATE_WIDTH. Each carries its
+    profile, its aliases and whether the claim names it elsewhere, for the chooser."""
+    dim = int(len(vector))  # a literal, so the partial HNSW index (profile_dim = 384) applies
+    rows = await conn.fetch(
+        f"""SELECT e.entity_id, e.normalized_name, e.profile_summary,
+                   1 - (e.profile_embedding::vector({dim}) <=> $2::vector({dim})) AS score,
+                   ARRAY(SELECT a.normalized_alias FROM entity_aliases a
+                          WHERE a.entity_id = e.entity_id ORDER BY 1) AS names
+              FROM entities e
+             WHERE e.space_id = $1 AND e.merged_into IS NULL AND e.profile_dim = {dim}
+               AND e.profile_embedding IS NOT NULL
+             ORDER BY e.profile_embedding::vector({dim}) <=> $2::vector({dim})
+             LIMIT $3""", space_id, np.asarray(vector, dtype=np.float32), CANDIDATE_WIDTH)
+    rows = [r for r in rows if r["score"] is not None and float(r["score"]) >= T3_FLOOR]
+    if not rows:
+        return []
+    rest = ""
+    if claim_id is not None:
+        claim_text = await conn.fetchval("SELECT claim_text FROM claims WHERE claim_id = $1", claim_id)
+        rest = f" {normalize_name(claim_text or '')} ".replace(f" {key} ", " ", 1)
+    return [Candidate(r["entity_id"], r["normalized_name"], "T3", float(r["score"]), r["entity_id"] in in_doc,
+                      profile=r["profile_summary"], names=tuple(r["names"] or ()),
+                      named_in_claim=any(f" {n} " in rest for n in (r["names"] or ()) if n))
+            for r in rows]
 
 
 def _best_per_entity(found: list[Candidate]) -> list[Candidate]:
@@ -95,16 +154,74 @@ async def phonetic(conn: asyncpg.Connection, key: str) -> list[str]:
     return list(codes or [])
 
 
+def mention_key(claim_id: uuid.UUID | str | None, surface: str) -> str:
+    """The key of a mention's precomputed context vector: "<claim_id>/<normalised name>"
+    (the normalised name alone when there is no claim)."""
+    key = normalize_name(surface)
+    return f"{claim_id}/{key}" if claim_id is not None else key
+
+
+def context_text(surface: str, claim_text: str) -> str:
+    """What T3 embeds for a mention: the name, then the claim that uses it."""
+    return f"{surface.strip()}. {claim_text.strip()}"
+
+
+async def context_texts(db: Any, source: VersionSource) -> dict[str, str]:
+    """Before the write, outside any transaction: ``mention_key -> context_text`` for the
+    names this version's normalisation will resolve and the memory does not know yet (a
+    known alias is settled by T0 and needs no vector). Mirrors FactsWriter.normalize."""
+    claims = await db.fetch(
+        """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
+                  c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
+             FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
+            WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
+            ORDER BY c.char_start, c.ordinal""", source.version_id)
+    aliases = set(await known_aliases(db, source.space_id, [c["claim_text"] for c in claims]))
+    texts: dict[str, str] = {}
+    for claim in claims:
+        view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
+                         claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
+                         claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
+        drafts, _ = normalize_claim(view, frozenset(aliases))
+        for draft in drafts:
+            if draft.kind != "observation" and not valid_predicate(draft.predicate or ""):
+                continue
+            for name in (draft.subject, draft.object):
+                if name and normalize_name(name) not in aliases:
+                    texts.setdefault(mention_key(claim["claim_id"], name), context_text(name, claim["claim_text"]))
+            for name in (draft.subject, draft.object):
+                if name:
+                    aliases.add(normalize_name(name))
+    return texts
+
+
 async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID, surface: str,
-                  cache: dict[str, tuple[uuid.UUID, ResolutionVerdict]]) -> tuple[uuid.UUID, ResolutionVerdict]:
+                  cache: dict[str, tuple[uuid.UUID, ResolutionVerdict]], *,
+                  context_vector: Mapping[str, Sequence[float]] | None = None,
+                  claim_id: uuid.UUID | None = None) -> tuple[uuid.UUID, ResolutionVerdict]:
     """An entity for a name: the document's own earlier match, else the cascade + chooser,
-    else a new entity. Every verdict is returned for the mention row."""
+    else a new entity. Every verdict is returned for the mention row.
+
+    ``context_vector`` maps :func:`mention_key` (claim id and name) to the mention's
+    context vector, embedded before the transaction; without it T3 is skipped. When the
+    chosen entity had compatible rivals (``ambiguous_with``), a merge proposal is recorded
+    (never applied)."""
     key = normalize_name(surface)
     if key in cache:
         entity_id, _ = cache[key]
         return entity_id, ResolutionVerdict(entity_id, "document", 1.0, {"reused_in_document": True})
-    verdict = choose(key, await candidates(conn, space_id, doc_id, surface))
+    vector = None
+    if context_vector:
+        vector = context_vector.get(mention_key(claim_id, surface))
+        if vector is None and claim_id is not None:
+            vector = context_vector.get(key)
+    verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
+                                           claim_id=claim_id))
     entity_id = verdict.entity_id
+    rivals = verdict.scores.get("ambiguous_with") if entity_id is not None else None
+    if rivals:
+        await merges.propose_group(conn, space_id, [entity_id, *(uuid.UUID(str(r)) for r in rivals)],
+                                   seed=entity_id)
     if entity_id is None:
         entity_id = uuid.uuid4()
         await conn.execute(
@@ -115,9 +232,10 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
            VALUES ($1, $2, $3, $4, $5)
            ON CONFLICT (entity_id, normalized_alias) DO UPDATE SET last_seen = clock_timestamp()""",
         space_id, entity_id, surface, key, await _all_codes(conn, key))
-    if verdict.entity_id is not None and len(key) > len(normalize_name(await conn.fetchval(
+    if verdict.method in ("T0", "T1", "T2") and len(key) > len(normalize_name(await conn.fetchval(
             "SELECT canonical_name FROM entities WHERE entity_id = $1", entity_id))):
-        # The fullest spelling seen becomes the canonical name ("Ravi" -> "Ravi Shankar").
+        # The fullest spelling seen becomes the canonical name ("Ravi" -> "Ravi Shankar"); a
+        # description matched by profile (T3) is an alias, never the name.
         await conn.execute("UPDATE entities SET canonical_name = $2, normalized_name = $3, updated_at = "
                            "clock_timestamp() WHERE entity_id = $1", entity_id, surface, key)
     cache[key] = (entity_id, verdict)
@@ -318,8 +436,6 @@ async def profile_texts(conn: Any, entity_ids: Sequence[uuid.UUID]) -> dict[uuid
 
 async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
                         vectors: dict[uuid.UUID, list[float]], model: str) -> None:
-    import numpy as np
-
     for entity_id, text in profiles.items():
         vector = vectors.get(entity_id)
         await conn.execute(
@@ -330,6 +446,8 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
     await conn.execute("DELETE FROM bm25_postings WHERE target_kind = 'entity' AND target_id = ANY($1::uuid[])",
                        list(profiles))
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in profiles.items()])
+    # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
+    await merges.propose_neighbours(conn, space_id, list(profiles))
 
 
 def now() -> dt.datetime:

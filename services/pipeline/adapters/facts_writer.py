@@ -31,7 +31,11 @@ class FactsWriter:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def normalize(self, conn: asyncpg.Connection, source: VersionSource) -> None:
+    async def context_texts(self, source: VersionSource) -> dict[str, str]:
+        return await fs.context_texts(self.db, source)
+
+    async def normalize(self, conn: asyncpg.Connection, source: VersionSource,
+                        context_vector: dict[str, list[float]] | None = None) -> None:
         await fs.lock_space(conn, source.space_id)
         claims = await conn.fetch(
             """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
@@ -50,7 +54,8 @@ class FactsWriter:
             written = 0
             for ordinal, draft in enumerate(drafts):
                 subject_id, subject_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.subject,
-                                                               cache)
+                                                               cache, context_vector=context_vector,
+                                                               claim_id=claim["claim_id"])
                 aliases.add(normalize_name(draft.subject))
                 subject_mention = await fs.save_mention(
                     conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
@@ -60,7 +65,8 @@ class FactsWriter:
                 features: dict[str, Any] = dict(draft.features)
                 if draft.object is not None:
                     object_id, object_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.object,
-                                                                 cache)
+                                                                 cache, context_vector=context_vector,
+                                                                 claim_id=claim["claim_id"])
                     aliases.add(normalize_name(draft.object))
                     object_mention = await fs.save_mention(
                         conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,

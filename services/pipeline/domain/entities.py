@@ -4,16 +4,35 @@ The database finds candidates cheapest first (exact alias, trigram spelling, pho
 sound, profile embedding); this module decides among them. It prefers an existing
 compatible candidate unless the names positively distinguish a new referent (two full
 names with different surnames are two people).
+
+A profile-embedding candidate (T3) was found by what the mention *says*, not by its name,
+so its name is not compared. The rules resolver has no model to ask, so it accepts a T3
+candidate only on lexical evidence (see :func:`profile_usable`); anything less stays a
+new entity, with the candidates recorded in the verdict's scores.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-RESOLVER_VERSION = "rules-resolver/1"
+RESOLVER_VERSION = "rules-resolver/2"
 TIER_WEIGHT = {"T0": 1.0, "T1": 0.8, "T2": 0.7, "T3": 0.6}
+
+# T3 acceptance by the rules resolver (the cosine floor that *finds* T3 candidates lives
+# with the query in facts_store): a description of at least two content words ("backend
+# lead on billing"), at least 60 % of them found in the candidate's profile, no name word
+# shared with the mention (a description that names "billing" is about something related
+# to billing), the candidate not named elsewhere in the claim, and the best profile ahead
+# of the runner-up by a margin; otherwise "new".
+T3_MIN_WORDS = 2
+T3_COVERAGE = 0.6
+T3_MARGIN = 0.05
+
+_FUNCTION_WORDS = frozenset("""a an the of on in at for to from by with and or our my your their his her its this
+that these those who which is are was were be""".split())
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,9 @@ class Candidate:
     tier: str
     score: float  # the tier's own score (trigram similarity, cosine…)
     in_document: bool = False  # already named in the same document
+    profile: str | None = None  # T3: the entity's profile text
+    names: tuple[str, ...] = ()  # T3: every normalised alias of the entity
+    named_in_claim: bool = False  # T3: the claim names this entity elsewhere
 
 
 @dataclass(frozen=True)
@@ -70,18 +92,67 @@ def compatible(mention: str, alias: str) -> bool:
     return _token_compatible(one[0], many[0])  # a single name matches the first name of a full one
 
 
+def names_compatible(ours: Iterable[str], theirs: Iterable[str]) -> float:
+    """The best trigram similarity over pairs of compatible aliases, 0.0 when none is."""
+    best = 0.0
+    theirs = list(theirs)
+    for a in ours:
+        for b in theirs:
+            if compatible(a, b):
+                best = max(best, 1.0 if a == b else _similar(a, b))
+    return best
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[\w']+", text.lower()) if w not in _FUNCTION_WORDS]
+
+
+def coverage(mention: str, profile: str) -> float:
+    """The share of the mention's content words that the profile uses (a misspelling or an
+    inflection counts: "lead" ~ "leads")."""
+    words = content_words(mention)
+    seen = set(content_words(profile))
+    if not words or not seen:
+        return 0.0
+    found = sum(1 for w in words if w in seen or (len(w) >= 4 and any(
+        len(p) >= 4 and _similar(w, p) >= 0.45 for p in seen)))
+    return found / len(words)
+
+
+def profile_usable(mention: str, candidate: Candidate) -> bool:
+    """May the rules resolver take this T3 candidate for the mention? See the module note."""
+    words = content_words(mention)
+    if len(words) < T3_MIN_WORDS or candidate.named_in_claim or not candidate.profile:
+        return False
+    name_words = {w for n in (candidate.names or (candidate.alias,)) for w in content_words(n) if len(w) >= 3}
+    if name_words & set(words):
+        return False
+    return coverage(mention, candidate.profile) >= T3_COVERAGE
+
+
 def choose(mention: str, candidates: Sequence[Candidate]) -> ResolutionVerdict:
-    usable = [c for c in candidates if compatible(mention, c.alias)]
-    scores = {str(c.entity_id): {"tier": c.tier, "score": round(c.score, 4), "alias": c.alias,
-                                 "compatible": c in usable, "in_document": c.in_document} for c in candidates}
+    usable = [c for c in candidates
+              if (profile_usable(mention, c) if c.tier == "T3" else compatible(mention, c.alias))]
+    scores: dict[str, dict[str, object]] = {}
+    for c in candidates:
+        entry: dict[str, object] = {"tier": c.tier, "score": round(c.score, 4), "alias": c.alias,
+                                    "compatible": c in usable, "in_document": c.in_document}
+        if c.tier == "T3":
+            entry.update(coverage=round(coverage(mention, c.profile or ""), 4), named_in_claim=c.named_in_claim)
+        scores[str(c.entity_id)] = entry
     if not usable:
         return ResolutionVerdict(None, "new", 1.0, {"candidates": scores})
 
     def rank(c: Candidate) -> float:
         return TIER_WEIGHT[c.tier] * 0.5 + c.score * 0.3 + (0.5 if c.in_document else 0.0)
 
-    best = max(usable, key=rank)
-    others = {c.entity_id for c in usable} - {best.entity_id}
+    ordered = sorted(usable, key=rank, reverse=True)
+    best = ordered[0]
+    others = sorted(str(c.entity_id) for c in ordered[1:])
+    if best.tier == "T3" and len(ordered) > 1 and best.score - ordered[1].score < T3_MARGIN:
+        # Two profiles fit about equally: the rules resolver does not guess (a model would choose).
+        return ResolutionVerdict(None, "new", 1.0, {"candidates": scores, "undecided": "T3",
+                                                    "ambiguous_with": sorted(str(c.entity_id) for c in ordered)})
     confidence = min(1.0, rank(best))
     return ResolutionVerdict(best.entity_id, best.tier, round(confidence, 4),
-                             {"candidates": scores, "ambiguous_with": sorted(str(o) for o in others)})
+                             {"candidates": scores, "ambiguous_with": others})
