@@ -199,6 +199,7 @@ out["transcript"] = len(c.transcript_relation(relation_id=rel.facts[0].fact_id).
 out["search_claims"] = len(c.search_claims(query="exporter").evidence)
 chunks = c.search_chunks(query="exporter", channel="bm25").chunks
 out["adjacent"] = len(c.adjacent_chunks(chunk_id=chunks[0].chunk_id).chunks)
+out["graph"] = len(c.graph_neighborhood(entity_id=ravi.entity_id).nodes)
 print(json.dumps(out))
 """)
     result = subprocess.run([os.environ["REMEMBER_PYTHON"], str(script)], capture_output=True, text=True, timeout=120)
@@ -206,4 +207,24 @@ print(json.dumps(out))
     out = json.loads(result.stdout)
     assert out["operations"] == 4 and out["facts"] >= 1 and out["claims"] >= 1
     assert out["combined"] == "ContextBundle/v2" and out["resolve"] >= 1 and out["lookup_relations"] >= 1
-    assert out["hydrate"] >= 1 and out["transcript"] >= 1 and out["adjacent"] >= 1
+    assert out["hydrate"] >= 1 and out["transcript"] >= 1 and out["adjacent"] >= 1 and out["graph"] >= 2
+
+
+def test_a_provider_outage_is_a_503_never_a_500(pg, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    dsn = clone_database(pg)
+    env = {"TESTAMENT_EMBEDDING_PROVIDER": "openai", "TESTAMENT_OPENAI_API_KEY": "test",
+           "TESTAMENT_OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "TESTAMENT_OPENAI_TIMEOUT_S": "2",
+           "TESTAMENT_EMBEDDING_DIMENSION": "8"}
+    with run_service("retrieval", dsn, tmp_path, **env) as retrieval, \
+            run_gateway(dsn, tmp_path, retrieval=retrieval.address) as gateway:
+        url = f"http://127.0.0.1:{gateway.extra['http']}"
+        reply = httpx.post(f"{url}/operations/facts_context", json={"query": "anything"}, timeout=30)
+        assert (reply.status_code, reply.json()) == (503, {"detail": "model provider unavailable"})
+        reply = httpx.get(f"{url}/search/claims", params={"query": "anything"}, timeout=30)
+        assert reply.status_code == 503
+        assert httpx.get(f"{url}/search/claims", params={"query": "anything", "channel": "bm25"}).status_code == 200
