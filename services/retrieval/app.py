@@ -320,6 +320,7 @@ class Retrieval:
             more = len(confirmed) > k
             chosen = confirmed[:k]
             await self._attach_facts(conn, caller, env, chosen, per_stance)
+            _ranking(env, fused, {r["fact_id"] for r in chosen})
             if expanded:
                 names = await db.entities(conn, caller, [e for e in expanded if e not in (entity_ids or [])])
                 for entity_id in expanded:
@@ -428,6 +429,7 @@ class Retrieval:
                        row["is_attributed"], row["attributed_to"])
                 groups.setdefault(key, []).append(row)
             grouped = list(groups.values())
+            _ranking(env, claim_order, {m[0]["claim_id"] for m in grouped[:k]})
             for members in grouped[:k]:
                 message = self._evidence(members[0], caller)
                 message.corroboration_count = len({m["doc_id"] for m in members})
@@ -461,6 +463,13 @@ def _shift(extra: str) -> str:
     """Semantic legs bind one parameter fewer before the extra arguments than lexical legs:
     renumber $6, $7… to $5, $6…"""
     return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) - 1}" if int(m.group(1)) >= 6 else m.group(0), extra)
+
+
+def _ranking(env: t.Envelope, fused: Sequence[Any], returned: set[uuid.UUID]) -> None:
+    """Why each returned item ranked where it did: its fused score and each channel's share."""
+    for item in fused:
+        if item.item_id in returned:
+            env.ranking.add(item_id=str(item.item_id), score=item.score, signals=item.signals)
 
 
 async def _unknown_anchors(conn: asyncpg.Connection, caller: Caller, env: t.Envelope,

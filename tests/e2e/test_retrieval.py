@@ -69,6 +69,10 @@ def test_the_quickstart_question_returns_ravis_fact_with_evidence_and_span(base:
     assert total == {"fact_kind": "relation", "fact_id": fact["fact_id"], "stance": "supports", "returned": 1,
                      "total": 1}
     assert env["temporal_scope"]["mode"] == "current" and env["negative"] is None
+    # each returned fact says which channels nominated it (reciprocal rank fusion, k=60)
+    ranked = next(r for r in env["ranking"] if r["item_id"] == fact["fact_id"])
+    assert set(ranked["signals"]) <= {"semantic", "bm25", "entity_profile"} and ranked["signals"]
+    assert abs(ranked["score"] - sum(ranked["signals"].values())) < 1e-9
 
 
 @pytest.mark.parametrize(("time", "expected"), [
