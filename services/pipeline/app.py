@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
+from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
 from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import build_sections, chunk, parse_blocks, reuse_plan
 from services.pipeline.domain.work import StageFailure
@@ -55,8 +56,10 @@ class Stages:
     def __init__(self, store: PgStageStore, objects: ObjectStore, converters: Mapping[str, Converter],
                  embeddings: EmbeddingProvider, claims: ClaimProvider, facts: FactsWriter, *,
                  chunk_token_budget: int, embed_batch_size: int, confidence_floor: float = 0.75,
-                 redact_ingest: Callable[[str], str] | None = None) -> None:
+                 redact_ingest: Callable[[str], str] | None = None,
+                 relations: RelationProvider | None = None) -> None:
         self.facts = facts
+        self.relations = relations or RulesRelationProvider()
         self.redact_ingest = redact_ingest
         self.confidence_floor = confidence_floor
         self.store = store
@@ -250,13 +253,14 @@ class Stages:
     async def _normalize_relations(self, unit: Claimed, source: VersionSource) -> Done:
         # Names the memory does not know yet are embedded with their claim (outside the
         # transaction) so resolution can compare them with entity profiles (T3).
+        drafted = await self.facts.drafts(source, self.relations)
         self._check_model(await self.store.space_model(source.space_id))
         texts = await self.facts.context_texts(source)
         vectors = dict(zip(texts, await self._call_embeddings(unit, source, list(texts.values())),
                            strict=True)) if texts else {}
 
         async def write(conn: Any) -> None:
-            await self.facts.normalize(conn, source, context_vector=vectors)
+            await self.facts.normalize(conn, source, drafted, context_vector=vectors)
 
         return Done(write)
 

@@ -15,13 +15,12 @@ from services.pipeline.adapters.store import VersionSource, derived_id
 from services.pipeline.domain.adjudicate import Incoming, decide
 from services.pipeline.domain.facts import (
     ClaimView,
+    RelationProvider,
     attribute_key,
     canonical_window,
-    normalize_claim,
     normalize_name,
     relation_label,
     state_window,
-    valid_predicate,
 )
 from services.platform.db import Database
 from services.platform.support import facts_of_claims, refresh_support
@@ -34,29 +33,37 @@ class FactsWriter:
     async def context_texts(self, source: VersionSource) -> dict[str, str]:
         return await fs.context_texts(self.db, source)
 
-    async def normalize(self, conn: asyncpg.Connection, source: VersionSource,
-                        context_vector: dict[str, list[float]] | None = None) -> None:
-        await fs.lock_space(conn, source.space_id)
-        claims = await conn.fetch(
+    async def drafts(self, source: VersionSource, provider: RelationProvider) -> list[tuple[Any, list[Any],
+                                                                                             str | None]]:
+        """The version's new claims and what the provider makes of them (outside any
+        transaction: a model provider may take seconds)."""
+        claims = await self.db.fetch(
             """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
                       c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
                  FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
                 WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
                 ORDER BY c.char_start, c.ordinal""", source.version_id)
-        aliases = set(await fs.known_aliases(conn, source.space_id, [c["claim_text"] for c in claims]))
+        views = [ClaimView(str(c["claim_id"]), c["claim_text"], c["is_attributed"], c["attributed_to"],
+                           c["claim_valid_from"], c["claim_valid_until"], c["claim_valid_precision"],
+                           c["claim_valid_kind"], c["asserted_at"]) for c in claims]
+        aliases = await fs.known_aliases(self.db, source.space_id, [c["claim_text"] for c in claims])
+        results = await provider.normalize(views, aliases)
+        return [(claim, drafts, reason) for claim, (drafts, reason) in zip(claims, results, strict=True)]
+
+    async def normalize(self, conn: asyncpg.Connection, source: VersionSource,
+                        drafted: list[tuple[Any, list[Any], str | None]],
+                        context_vector: dict[str, list[float]] | None = None) -> None:
+        await fs.lock_space(conn, source.space_id)
         cache: dict[str, Any] = {}
-        for claim in claims:
+        for claim, drafts, reason in drafted:
             view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
                              claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
                              claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
-            drafts, reason = normalize_claim(view, frozenset(aliases))
-            drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
             written = 0
             for ordinal, draft in enumerate(drafts):
                 subject_id, subject_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.subject,
                                                                cache, context_vector=context_vector,
                                                                claim_id=claim["claim_id"])
-                aliases.add(normalize_name(draft.subject))
                 subject_mention = await fs.save_mention(
                     conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                     claim_id=claim["claim_id"], ordinal=ordinal, role="subject", surface=draft.subject,
@@ -67,7 +74,6 @@ class FactsWriter:
                     object_id, object_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.object,
                                                                  cache, context_vector=context_vector,
                                                                  claim_id=claim["claim_id"])
-                    aliases.add(normalize_name(draft.object))
                     object_mention = await fs.save_mention(
                         conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                         claim_id=claim["claim_id"], ordinal=ordinal, role="object", surface=draft.object,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from services.platform.text import fold, normalize_name
 
@@ -218,6 +220,37 @@ def normalize_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(
             change, previous_value = "correction", moved.group("old").strip()
     return [AssertionDraft("observation", anchor, statement=text, change_kind=change,
                            previous_value=previous_value)], None
+
+
+class RelationProvider(Protocol):
+    """Turns a version's claims (in document order) into assertion drafts. ``known_aliases``
+    are the normalised names the memory already holds."""
+
+    name: str
+    version: str
+
+    async def normalize(self, claims: Sequence[ClaimView], known_aliases: frozenset[str]
+                        ) -> list[tuple[list[AssertionDraft], str | None]]: ...
+
+
+class RulesRelationProvider:
+    """The deterministic normaliser: verb phrases onto the governed vocabulary, the rest as
+    observations. Names found earlier in the document anchor later observations."""
+
+    name = "rules"
+    version = "rules-normalizer/1"
+
+    async def normalize(self, claims: Sequence[ClaimView], known_aliases: frozenset[str]
+                        ) -> list[tuple[list[AssertionDraft], str | None]]:
+        aliases = set(known_aliases)
+        out = []
+        for claim in claims:
+            drafts, reason = normalize_claim(claim, frozenset(aliases))
+            drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+            for draft in drafts:
+                aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
+            out.append((drafts, None if drafts else (reason or "unknown_predicate")))
+        return out
 
 
 def _observation_anchor(text: str, known_aliases: frozenset[str]) -> str | None:
