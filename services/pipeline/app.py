@@ -8,6 +8,7 @@ unit's success and what comes next. Adapters are injected; nothing here imports 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import hashlib
 import time
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
     from services.platform.objectstore import ObjectStore
 
 Write = Callable[[Any], Awaitable[Any]]
+
+# The unit a worker task is running, so provider calls land in the cost ledger with it.
+current_unit: contextvars.ContextVar[Claimed | None] = contextvars.ContextVar("current_unit", default=None)
 
 
 @dataclass(frozen=True)
@@ -345,6 +349,7 @@ class Worker:
         from services.pipeline.adapters.queue import LeaseLost
 
         started = time.perf_counter()
+        current_unit.set(unit)
         heartbeat = asyncio.create_task(self._heartbeat(unit))
         outcome = "succeeded"
         error: str | None = None

@@ -8,11 +8,14 @@ import socket
 
 from services.pipeline.adapters.converters import build_converters
 from services.pipeline.adapters.facts_writer import FactsWriter
+from services.pipeline.adapters.openai_claims import ChatCall, OpenAIClaimProvider
+from services.pipeline.adapters.openai_relations import OpenAIRelationProvider
 from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
 from services.pipeline.api import PipelineServicer
-from services.pipeline.app import Stages, Worker
+from services.pipeline.app import Stages, Worker, current_unit
 from services.pipeline.domain.claims import ClaimProvider, RulesClaimProvider
+from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
 from services.platform.bootstrap import open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
@@ -21,10 +24,22 @@ from services.platform.server import Servicer, ServiceSpec, StartupError, run_se
 from services.platform.settings import Settings, load_settings
 
 
-def claim_provider(settings: Settings) -> ClaimProvider:
-    if settings.claims_provider == "rules":
-        return RulesClaimProvider()
-    raise StartupError("testament-pipeline: TESTAMENT_CLAIMS_PROVIDER=openai is not built yet; use 'rules'")
+def _openai(settings: Settings, what: str) -> dict[str, object]:
+    if not settings.openai_api_key:
+        raise StartupError(f"testament-pipeline: TESTAMENT_OPENAI_API_KEY is required for the openai {what} provider")
+    return {"base_url": settings.openai_base_url, "api_key": settings.openai_api_key,
+            "model": settings.openai_chat_model, "timeout_s": settings.openai_timeout_s}
+
+
+def cost_ledger(store: PgStageStore):  # type: ignore[no-untyped-def]
+    """Every model call is recorded with the unit it served (tokens, latency, outcome; never text)."""
+    async def record(call: ChatCall) -> None:
+        unit = current_unit.get()
+        await store.record_call(space_id=unit.space_id if unit else None, work_id=unit.work_id if unit else None,
+                                stage=unit.stage if unit else None, attempt=unit.attempts if unit else None,
+                                provider=call.provider, model=call.model, tokens_in=call.tokens_in,
+                                tokens_out=call.tokens_out, latency_ms=call.latency_ms, outcome=call.outcome)
+    return record
 
 
 async def build(settings: Settings) -> ServiceSpec:
@@ -37,10 +52,24 @@ async def build(settings: Settings) -> ServiceSpec:
         redactor = redactor_from_settings(settings)
     except ValueError as exc:
         raise StartupError(f"testament-pipeline: TESTAMENT_REDACTION_POLICY: {exc}") from None
-    stages = Stages(PgStageStore(platform.db), store, build_converters(settings.conversion_routes),
-                    provider_from_settings(settings), claim_provider(settings), FactsWriter(platform.db),
+    stage_store = PgStageStore(platform.db)
+    ledger = cost_ledger(stage_store)
+    closers = [store.close, *platform.closers]
+    claims: ClaimProvider = RulesClaimProvider()
+    if settings.claims_provider == "openai":
+        openai_claims = OpenAIClaimProvider(**_openai(settings, "claims"), on_call=ledger)  # type: ignore[arg-type]
+        claims = openai_claims
+        closers.insert(0, openai_claims.aclose)
+    relations: RelationProvider = RulesRelationProvider()
+    if settings.relations_provider == "openai":
+        openai_relations = OpenAIRelationProvider(**_openai(settings, "relations"), on_call=ledger)  # type: ignore[arg-type]
+        relations = openai_relations
+        closers.insert(0, openai_relations.aclose)
+    stages = Stages(stage_store, store, build_converters(settings.conversion_routes),
+                    provider_from_settings(settings), claims, FactsWriter(platform.db),
                     chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size,
-                    redact_ingest=(lambda text: redactor.redact_ingest(text).text) if redactor else None)
+                    redact_ingest=(lambda text: redactor.redact_ingest(text).text) if redactor else None,
+                    relations=relations)
     assert settings.database_url is not None
     worker = Worker(queue, stages, Wakeup(settings.database_url), concurrency=settings.worker_concurrency,
                     poll_s=settings.worker_poll_s)
@@ -53,7 +82,7 @@ async def build(settings: Settings) -> ServiceSpec:
             platform.deployment,
         ],
         authenticator=platform.authenticator,
-        closers=[store.close, *platform.closers],
+        closers=closers,
         background=[worker.run],
     )
 

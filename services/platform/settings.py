@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     embedding_dimension: int = Field(default=384, ge=8, le=4096)
     embed_batch_size: int = Field(default=64, ge=1, le=2048)
     claims_provider: Literal["rules", "openai"] = "rules"
+    relations_provider: Literal["rules", "openai"] = "rules"
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key: str | None = None
     openai_embedding_model: str = "text-embedding-3-small"

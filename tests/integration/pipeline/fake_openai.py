@@ -1,15 +1,21 @@
-"""A scripted stand-in for an OpenAI-compatible embeddings server, over real HTTP.
+"""A scripted stand-in for an OpenAI-compatible server, over real HTTP.
 
 It listens on 127.0.0.1 (a free port) in a background thread and answers
-``POST /v1/embeddings``. Each request takes the next mode from the script
-(``script("rate_limited", "ok")``); once the script runs out it answers "ok".
+``POST /v1/embeddings`` and ``POST /v1/chat/completions``. Each request (of either
+kind) takes the next mode from the script (``script("rate_limited", "ok")``); once
+the script runs out it answers "ok".
 
 Modes: ``ok`` (vectors in order), ``shuffled`` (same vectors, ``data`` in
 reverse order with true ``index`` values), ``rate_limited`` (429 with
 Retry-After), ``server_error`` (500), ``bad_request`` (400 with an OpenAI error
 body), ``malformed`` (200 with a body that is not JSON), ``bad_shape`` (200 JSON
 without ``data``), ``wrong_dimension`` (vectors one element short) and ``hang``
-(accepts, never answers until the server stops).
+(accepts, never answers until the server stops), ``unauthorized`` (401) and
+``refusal`` (chat only: a message with ``refusal`` and no content).
+
+Chat replies: an "ok" chat request answers with the next queued message content
+(:meth:`reply_with`; a ``str`` is sent verbatim, anything else as JSON), or ``"{}"``
+when none is queued, with ``usage`` counting the words in and out.
 
 The vector for a text is a fixed function of the text (:meth:`vector_for`),
 deliberately not unit length, so a client's normalisation can be checked.
@@ -26,8 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 Mode = Literal[
-    "ok", "shuffled", "rate_limited", "server_error", "bad_request", "malformed", "bad_shape", "wrong_dimension", "hang"
+    "ok", "shuffled", "rate_limited", "server_error", "bad_request", "malformed", "bad_shape", "wrong_dimension",
+    "hang", "unauthorized", "refusal",
 ]
+CHAT_PATH = "/v1/chat/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
 
 
 @dataclass
@@ -44,6 +53,7 @@ class FakeOpenAI:
     hang_limit_s: float = 30.0
     requests: list[RecordedRequest] = field(default_factory=list)
     _script: deque[Mode] = field(default_factory=deque)
+    _chat_replies: deque[Any] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _release: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
@@ -65,9 +75,16 @@ class FakeOpenAI:
             self._script.clear()
             self._script.extend(modes)
 
+    def reply_with(self, *contents: Any) -> None:
+        """Queue chat message contents (``str`` verbatim, anything else JSON-encoded), one per "ok" chat request."""
+        with self._lock:
+            self._chat_replies.clear()
+            self._chat_replies.extend(contents)
+
     def reset(self) -> None:
         with self._lock:
             self._script.clear()
+            self._chat_replies.clear()
             self.requests.clear()
 
     def vector_for(self, text: str) -> list[float]:
@@ -120,7 +137,7 @@ class FakeOpenAI:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
-        if handler.path != "/v1/embeddings":
+        if handler.path not in (EMBEDDINGS_PATH, CHAT_PATH):
             self._send(handler, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         mode = self._next_mode()
@@ -142,6 +159,10 @@ class FakeOpenAI:
         if mode == "server_error":
             self._send(handler, 500, {"error": {"message": "boom", "type": "server_error"}})
             return
+        if mode == "unauthorized":
+            self._send(handler, 401, {"error": {"message": "Incorrect API key provided",
+                                                "type": "invalid_request_error", "code": "invalid_api_key"}})
+            return
         if mode == "bad_request":
             self._send(handler, 400, {"error": {"message": "input is invalid", "type": "invalid_request_error"}})
             return
@@ -150,6 +171,9 @@ class FakeOpenAI:
             return
         if mode == "bad_shape":
             self._send(handler, 200, {"object": "list", "embeddings": []})
+            return
+        if handler.path == CHAT_PATH:
+            self._answer_chat(handler, body, mode)
             return
 
         texts = body.get("input") if isinstance(body, dict) else None
@@ -172,6 +196,29 @@ class FakeOpenAI:
             "data": data,
             "model": body.get("model"),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        })
+
+    def _answer_chat(self, handler: BaseHTTPRequestHandler, body: Any, mode: Mode) -> None:
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list):
+            self._send(handler, 400, {"error": {"message": "'messages' is required", "type": "invalid_request_error"}})
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+        if mode == "refusal":
+            message["refusal"] = "I can't help with that."
+        else:
+            with self._lock:
+                reply = self._chat_replies.popleft() if self._chat_replies else "{}"
+            message["content"] = reply if isinstance(reply, str) else json.dumps(reply)
+        tokens_in = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+        tokens_out = len(str(message["content"] or message["refusal"]).split())
+        self._send(handler, 200, {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                      "total_tokens": tokens_in + tokens_out},
         })
 
     @staticmethod

@@ -1,0 +1,503 @@
+"""The ``openai`` relation provider: claims → assertions by a chat model over the OpenAI API.
+
+The same contract as :class:`~services.pipeline.domain.facts.RulesRelationProvider`, through
+structured output. Claims go in batches, one ``POST {base_url}/chat/completions`` per batch,
+temperature 0, with a strict ``json_schema`` response format (:func:`assertions_schema`): for
+each claim (by a short batch-local id, ``c1``, ``c2``, …) zero or more assertions, each a
+relation (subject, predicate from the governed vocabulary or ``other:<snake_case>``, object)
+or an observation (subject; its statement is the claim text itself, never the model's words).
+
+The reply is not trusted:
+
+* a reply that breaks the schema (not JSON, a wrong type or value, an unknown key, a claim
+  id missing, repeated or not asked about) fails the whole call with ``extraction_failed``
+  (retryable) and nothing is returned: a version's claims are never half-normalised;
+* within a sound reply, an assertion with a predicate outside the vocabulary is dropped
+  (``invalid_predicate``), one whose subject or object is not an entity name (a bare head
+  noun, a date, a value) is dropped (``no_entity``), one naming an entity the claim does not
+  name is dropped (``name_not_in_claim``); the rest of the claim and of the batch stands.
+  A claim left without assertions carries the first reason (``no_entity`` when the model
+  found nothing).
+
+An attributed claim with a known holder is decided here without a model call: one
+observation on the holder's stance, never a fact about what the holder talked about.
+
+HTTP failures follow the claim provider: 408/429/5xx, timeouts and connection errors are
+``provider_unavailable`` (retryable, with Retry-After), other 4xx and refusals are
+``provider_rejected`` (permanent). Each HTTP call is reported as a
+:class:`~services.pipeline.adapters.openai_claims.ChatCall` (tokens, latency, outcome; never
+the text) to an optional ``on_call`` callback, for the cost ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import inspect
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import httpx
+
+from services.pipeline.adapters.openai_claims import ChatCall, OnCall, Outcome
+from services.pipeline.domain.facts import (
+    CORE_PREDICATES,
+    WORK_PACK,
+    AssertionDraft,
+    ClaimView,
+    clean_surface,
+    is_entity_name,
+    valid_predicate,
+)
+from services.pipeline.domain.work import StageFailure
+from services.platform.text import fold, normalize_name
+
+__all__ = ["CHANGE_KINDS", "PROMPT_VERSION", "SYSTEM_PROMPT", "OpenAIRelationProvider", "assertions_schema",
+           "build_messages"]
+
+log = logging.getLogger(__name__)
+
+PROMPT_VERSION: Final = 1
+CHANGE_KINDS: Final = ("none", "succession", "correction", "negation")
+KINDS: Final = ("relation", "observation")
+MAX_ALIASES: Final = 200  # known names shown per batch (those the batch's claims mention)
+_NAME_CHARS: Final = 200
+_VALUE_CHARS: Final = 200
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """A strict-mode object: every property required, nothing else allowed."""
+    return {"type": "object", "additionalProperties": False, "required": list(properties), "properties": properties}
+
+
+_NULLABLE_STR: Final = {"type": ["string", "null"]}
+
+_ASSERTION: Final = _object({
+    "kind": {"type": "string", "enum": list(KINDS)},
+    "subject": {"type": "string"},
+    "predicate": _NULLABLE_STR,
+    "object": _NULLABLE_STR,
+    "change_kind": {"type": "string", "enum": list(CHANGE_KINDS)},
+    "previous_object": _NULLABLE_STR,
+    "previous_value": _NULLABLE_STR,
+})
+
+
+def batch_ids(count: int) -> list[str]:
+    return [f"c{i}" for i in range(1, count + 1)]
+
+
+def assertions_schema(claim_ids: Sequence[str]) -> dict[str, Any]:
+    """The strict reply schema for a batch: ``{"results": [{"claim_id", "assertions": [...]}]}``."""
+    return _object({"results": {"type": "array", "items": _object({
+        "claim_id": {"type": "string", "enum": list(claim_ids)},
+        "assertions": {"type": "array", "items": _ASSERTION},
+    })}})
+
+
+SYSTEM_PROMPT: Final = f"""\
+You normalise claims into assertions for a knowledge graph. A claim is one standalone \
+statement a source made. You answer with JSON that matches the given schema: for EVERY claim id \
+you are given, exactly one entry in "results" with that "claim_id" and zero or more "assertions".
+
+Each assertion is one of:
+- a relation between two entities: "kind": "relation", "subject", "predicate", "object". The \
+predicate MUST be one of the vocabulary below, or the escape "other:<snake_case>" ("other:" then \
+a lower-case letter and 1 to 40 lower-case letters, digits or underscores, e.g. "other:sponsors", \
+"other:owns", "other:leads") when none fits. Map synonyms onto the vocabulary ("employed by" -> \
+works_for, "is on the team of" -> member_of). Never invent any other predicate.
+- an observation about one entity: "kind": "observation", "subject", with "predicate" and \
+"object" null. Its statement is the claim text itself (filled in for you). Values, numbers, \
+dates, descriptions, states, plans and anything that does not fit a predicate between two \
+entities are observations.
+
+Rules:
+- Names exactly as written in the claim (same spelling, without a leading "the"/"a"/"our"). \
+Never use a name the claim does not contain; never use outside knowledge.
+- Bare head nouns are not entities: "the system", "the app", "a card", "the team", "the \
+project", "the meeting", "it", "they" name nothing on their own. "the billing migration", \
+"the search team", "Ravi" are entities. Dates, numbers and values are never entities.
+- An attributed claim ("Dana believes ...", "Ravi said that ...") becomes exactly ONE \
+observation on the holder (the person or body who holds the view), never a fact about what \
+they talked about.
+- A claim that names no entity gets no assertions. Any other claim gets at least one.
+- "change_kind": "succession" when the claim states a change of state ("moved to", "joined", \
+"now leads", "took over", "was postponed to"), "correction" when it corrects an earlier value \
+("actually 9 June, not 8 June"), "negation" when it denies ("is not", "never"), else "none".
+- "previous_object": for a succession "from X to Y", the entity X it moved away from (Y is \
+the object); else null. "previous_value": the old value a correction or change replaces \
+("from 8 June to 9 June" -> "8 June"), as written in the claim; else null.
+- When the claim mentions one of the known entity names, use that entity, written as in the claim.
+
+Vocabulary:
+- core: {", ".join(CORE_PREDICATES)}
+- work pack: {", ".join(WORK_PACK)}
+"""
+
+
+def _mentioned_aliases(aliases: Iterable[str], texts: Sequence[str]) -> list[str]:
+    """The known (normalised) names that occur as whole words in the texts, longest first."""
+    folded = [f" {normalize_name(t)} " for t in texts]
+    found = {a for a in aliases if a and any(f" {a} " in text for text in folded)}
+    return sorted(found, key=lambda a: (-len(a), a))[:MAX_ALIASES]
+
+
+def build_messages(claims: Sequence[ClaimView], known_aliases: Iterable[str]) -> list[dict[str, str]]:
+    """The system and user messages for one batch (exposed for tests and prompt review)."""
+    ids = batch_ids(len(claims))
+    items = []
+    for claim_id, claim in zip(ids, claims, strict=True):
+        item: dict[str, Any] = {"id": claim_id, "text": claim.claim_text.strip()}
+        if claim.is_attributed:
+            item["attributed"] = True
+        items.append(item)
+    names = _mentioned_aliases(known_aliases, [c.claim_text for c in claims])
+    user = "\n".join([
+        "Known entity names (normalised; the claims mention them): " + (json.dumps(names) if names else "none"),
+        "",
+        f"Claims ({len(items)}), one JSON object a line:",
+        *(json.dumps(item, ensure_ascii=False) for item in items),
+    ])
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+# --------------------------------------------------------------------------- the provider
+
+Result = tuple[list[AssertionDraft], str | None]
+
+
+class OpenAIRelationProvider:
+    """Relation normalisation by any server that speaks the OpenAI ``POST /chat/completions`` API."""
+
+    name: str = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        *,
+        timeout_s: float = 60,
+        batch_size: int = 20,
+        on_call: OnCall | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not base_url:
+            raise ValueError("base_url is required")
+        if not model:
+            raise ValueError("model is required")
+        if timeout_s <= 0 or batch_size < 1:
+            raise ValueError("timeout_s and batch_size must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.version = f"openai-normalizer/{model}/{PROMPT_VERSION}"
+        self.timeout_s = timeout_s
+        self.batch_size = batch_size
+        self.on_call = on_call
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers, transport=transport)
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIRelationProvider(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAIRelationProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def request_body(self, claims: Sequence[ClaimView], known_aliases: Iterable[str]) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "temperature": 0,
+            "messages": build_messages(claims, known_aliases),
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "assertions", "strict": True,
+                                "schema": assertions_schema(batch_ids(len(claims)))},
+            },
+        }
+
+    async def normalize(self, claims: Sequence[ClaimView], known_aliases: frozenset[str]) -> list[Result]:
+        """One ``(drafts, reason)`` per claim, in order; a :class:`StageFailure` (and nothing) when a call fails."""
+        results: list[Result | None] = [None] * len(claims)
+        pending: list[int] = []
+        for index, claim in enumerate(claims):
+            if claim.is_attributed and claim.attributed_to:
+                results[index] = _stance(claim)
+            else:
+                pending.append(index)
+        aliases = set(known_aliases)
+        for start in range(0, len(pending), self.batch_size):
+            indices = pending[start:start + self.batch_size]
+            batch = [claims[i] for i in indices]
+            answers = await self._complete(self.request_body(batch, aliases))
+            for i, claim, raw in zip(indices, batch, answers, strict=True):
+                result = results[i] = convert(claim, raw)
+                aliases.update(normalize_name(n) for d in result[0] for n in (d.subject, d.object) if n)
+        done = [r for r in results if r is not None]
+        assert len(done) == len(claims)
+        return done
+
+    # ----------------------------------------------------------------- HTTP
+
+    async def _record(self, started: float, outcome: Outcome, tokens: tuple[int, int] = (0, 0)) -> None:
+        if self.on_call is None:
+            return
+        call = ChatCall(self.name, self.model, tokens[0], tokens[1],
+                        round((time.perf_counter() - started) * 1000, 3), outcome)
+        try:
+            result = self.on_call(call)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # the ledger must not turn a good normalisation into a failure
+            log.exception("relation provider cost callback failed")
+
+    async def _complete(self, body: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        """The assertions answered for each claim of the batch, in order, checked against the
+        batch's schema (every id exactly once), or a :class:`StageFailure`."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
+                await response.aread()
+        except (TimeoutError, httpx.TimeoutException):
+            await self._record(started, "timeout")
+            raise StageFailure("provider_unavailable", f"chat request timed out after {self.timeout_s:g} s",
+                               permanent=False) from None
+        except httpx.HTTPError as exc:
+            await self._record(started, "unreachable")
+            raise StageFailure("provider_unavailable", f"chat endpoint unreachable: {type(exc).__name__}",
+                               permanent=False) from None
+
+        status = response.status_code
+        if status in (408, 429) or status >= 500:
+            outcome: Outcome = "rate_limited" if status == 429 else "server_error"
+            await self._record(started, outcome)
+            raise StageFailure("provider_unavailable", f"chat endpoint answered HTTP {status}", permanent=False,
+                               retry_after_s=_retry_after(response))
+        if not 200 <= status < 300:
+            await self._record(started, "client_error")
+            detail = f"HTTP {status} {_error_message(response)}".rstrip()
+            raise StageFailure("provider_rejected", f"chat endpoint refused the request: {detail}", permanent=True)
+
+        try:
+            payload = response.json()
+        except ValueError:
+            await self._record(started, "malformed")
+            raise StageFailure("extraction_failed", "chat reply is not JSON", permanent=False) from None
+        tokens = _usage(payload)
+        try:
+            message = _message(payload)
+            if isinstance(message.get("refusal"), str) and message["refusal"]:
+                await self._record(started, "refused", tokens)
+                raise StageFailure("provider_rejected", "the model refused to normalise these claims",
+                                   permanent=True)
+            content = message.get("content")
+            if not isinstance(content, str):
+                raise _Malformed("the message has no text content")
+            try:
+                reply = json.loads(content)
+            except ValueError:
+                raise _Malformed("the message content is not JSON") from None
+            schema = body["response_format"]["json_schema"]["schema"]
+            _validate(reply, schema, "$")
+            answers = _answers(reply, schema["properties"]["results"]["items"]["properties"]["claim_id"]["enum"])
+        except _Malformed as exc:
+            await self._record(started, "malformed", tokens)
+            raise StageFailure("extraction_failed", f"malformed assertions reply: {exc}", permanent=False) from None
+        await self._record(started, "ok", tokens)
+        return answers
+
+
+# --------------------------------------------------------------------------- reply → drafts
+
+
+def _stance(claim: ClaimView) -> Result:
+    """An attributed claim: one observation on the holder's stance (as the rules provider does)."""
+    holder = clean_surface(claim.attributed_to or "")
+    if not is_entity_name(holder):
+        return [], "no_entity"
+    return [AssertionDraft("observation", holder, statement=claim.claim_text.strip(), change_kind="none",
+                           features={"stance_of": holder})], None
+
+
+def _answers(reply: dict[str, Any], ids: list[str]) -> list[list[dict[str, Any]]]:
+    """The assertions of each asked id, in order; every id exactly once."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for entry in reply["results"]:
+        claim_id = entry["claim_id"]
+        if claim_id not in ids:
+            raise _Malformed(f"an answer for claim id {claim_id[:40]!r}, which was not asked about")
+        if claim_id in by_id:
+            raise _Malformed(f"claim id {claim_id!r} answered more than once")
+        by_id[claim_id] = entry["assertions"]
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise _Malformed(f"no answer for claim id(s) {', '.join(missing)}")
+    return [by_id[i] for i in ids]
+
+
+def _in_text(name: str, folded_text: str) -> bool:
+    key = normalize_name(name)
+    return bool(key) and f" {key} " in folded_text
+
+
+def _name(raw: str | None) -> str:
+    return clean_surface((raw or "")[:_NAME_CHARS])
+
+
+def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
+    """A validated answer for one claim → its drafts, or ``([], reason)`` when none survives."""
+    text = claim.claim_text.strip()
+    folded = f" {normalize_name(text)} "
+    drafts: list[AssertionDraft] = []
+    reasons: list[str] = []
+    seen: set[tuple[str, str, str | None, str | None]] = set()
+    for entry in raw:
+        kind = entry["kind"]
+        subject = _name(entry["subject"])
+        obj = _name(entry["object"]) if kind == "relation" else None
+        predicate = (entry["predicate"] or "").strip() if kind == "relation" else None
+        if predicate is not None and not valid_predicate(predicate):
+            reasons.append("invalid_predicate")
+            continue
+        names = [subject] if obj is None else [subject, obj]
+        if kind == "relation" and not obj:
+            reasons.append("no_entity")
+            continue
+        if not all(is_entity_name(n) for n in names):
+            reasons.append("no_entity")
+            continue
+        if not all(_in_text(n, folded) for n in names):
+            reasons.append("name_not_in_claim")
+            continue
+        if obj is not None and normalize_name(subject) == normalize_name(obj):
+            reasons.append("no_entity")
+            continue
+        key = (kind, normalize_name(subject), predicate, normalize_name(obj) if obj else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        previous_object = _name(entry["previous_object"]) if kind == "relation" else ""
+        if not (previous_object and is_entity_name(previous_object) and _in_text(previous_object, folded)
+                and normalize_name(previous_object) != normalize_name(obj or "")):
+            previous_object = ""
+        previous_value = (entry["previous_value"] or "").strip()[:_VALUE_CHARS]
+        if previous_value and fold(previous_value) not in fold(text):
+            previous_value = ""  # a value the claim does not state is not a previous value
+        drafts.append(AssertionDraft(
+            kind, subject, predicate=predicate, object=obj,
+            statement=text if kind == "observation" else None,
+            change_kind=entry["change_kind"],
+            previous_object=previous_object or None,
+            previous_value=previous_value or None,
+        ))
+    if drafts:
+        return drafts, None
+    return [], reasons[0] if reasons else "no_entity"
+
+
+# --------------------------------------------------------------------------- checks
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _validate(value: Any, schema: dict[str, Any], path: str) -> None:
+    """Check ``value`` against the subset of JSON Schema :func:`assertions_schema` uses, strictly:
+    closed objects (an unknown key breaks it), every property present, enums enforced."""
+    types = schema["type"]
+    allowed: list[str] = types if isinstance(types, list) else [types]
+    if not any(_is_type(value, t) for t in allowed):
+        raise _Malformed(f"{path} should be {' or '.join(allowed)}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise _Malformed(f"{path} is {str(value)[:40]!r}, not one of the allowed values")
+    if isinstance(value, dict) and "properties" in schema:
+        missing = [key for key in schema["required"] if key not in value]
+        if missing:
+            raise _Malformed(f"{path} lacks {', '.join(missing)}")
+        extra = [str(key)[:40] for key in value if key not in schema["properties"]]
+        if extra and schema.get("additionalProperties") is False:
+            raise _Malformed(f"{path} has unknown key(s) {', '.join(extra)}")
+        for key, sub in schema["properties"].items():
+            _validate(value[key], sub, f"{path}.{key}")
+    if isinstance(value, list) and "items" in schema:
+        for index, element in enumerate(value):
+            _validate(element, schema["items"], f"{path}[{index}]")
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "object":
+        return isinstance(value, dict)
+    if name == "array":
+        return isinstance(value, list)
+    if name == "string":
+        return isinstance(value, str)
+    if name == "null":
+        return value is None
+    return False
+
+
+def _message(payload: Any) -> dict[str, Any]:
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Malformed("no 'choices'")
+    choice = choices[0]
+    if choice.get("finish_reason") == "length":
+        raise _Malformed("the reply was cut off (finish_reason=length)")
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise _Malformed("no 'message' in the first choice")
+    return message
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _usage(payload: Any) -> tuple[int, int]:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])[:200]
+    except Exception:
+        return ""
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw_ms = response.headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            return max(0.0, float(raw_ms) / 1000)
+        except ValueError:
+            pass
+    raw = response.headers.get("retry-after")
+    if raw is None:
+        return None
+    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", raw):
+        return max(0.0, float(raw))
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -1,0 +1,71 @@
+"""The openai claim and relation providers inside the real pipeline process, against a
+scripted OpenAI-compatible server: claims grounded, facts formed, every call in the cost
+ledger with its unit, and a broken reply ends in a named failure, never a half-write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import clone_database
+from tests.e2e.test_pipeline import Pipeline
+from tests.integration.pipeline.fake_openai import FakeOpenAI
+from tests.support import run_service
+
+TEXT = "Ravi owns the invoice exporter."
+DOC = f"# Notes\n\n{TEXT}\n"
+
+
+def claims_reply() -> dict:
+    return {"dropped": [], "omitted": [], "claims": [{
+        "source_span": TEXT, "start": 0, "end": len(TEXT), "claim_text": TEXT, "evidence": [],
+        "is_attributed": False, "attributed_to": None, "edits": [], "flags": [], "temporal_class": "static",
+        "valid_from": None, "valid_until": None, "valid_precision": "unknown", "valid_kind": None}]}
+
+
+def relations_reply() -> dict:
+    return {"results": [{"claim_id": "c1", "assertions": [{
+        "kind": "relation", "subject": "Ravi", "predicate": "other:owns", "object": "invoice exporter",
+        "change_kind": "none", "previous_object": None, "previous_value": None}]}]}
+
+
+@pytest.fixture()
+def stack(pg, tmp_path) -> Iterator[tuple[Pipeline, FakeOpenAI]]:
+    dsn = clone_database(pg)
+    with FakeOpenAI() as fake:
+        env = {"TESTAMENT_DATA_DIR": str(tmp_path), "TESTAMENT_WORKER_POLL_S": "0.5",
+               "TESTAMENT_CLAIMS_PROVIDER": "openai", "TESTAMENT_RELATIONS_PROVIDER": "openai",
+               "TESTAMENT_OPENAI_BASE_URL": fake.base_url, "TESTAMENT_OPENAI_API_KEY": "sk-test",
+               "TESTAMENT_OPENAI_TIMEOUT_S": "5", "TESTAMENT_WORK_RETRY_BACKOFF_BASE_S": "0.1"}
+        with run_service("ingest", dsn, tmp_path, **env) as ingest, \
+                run_service("pipeline", dsn, tmp_path, **env) as pipeline:
+            yield Pipeline(dsn, ingest.address, pipeline.address, tmp_path), fake
+
+
+def test_model_providers_make_grounded_claims_and_facts_and_are_billed(stack) -> None:
+    pipeline, fake = stack
+    fake.reply_with(claims_reply(), relations_reply())
+    version = pipeline.upload(DOC.encode(), "notes.md")
+    assert pipeline.wait(version.version_id).ready
+    claims = pipeline.sql("SELECT claim_text, source_span, extractor_version FROM claims")
+    assert [(c["claim_text"], c["source_span"]) for c in claims] == [(TEXT, TEXT)]
+    assert claims[0]["extractor_version"].startswith("openai/")
+    facts = pipeline.sql("SELECT label FROM facts")
+    assert [f["label"] for f in facts] == ["Ravi owns invoice exporter"]
+    ledger = pipeline.sql("SELECT stage, provider, tokens_in, outcome, work_id FROM provider_calls ORDER BY stage")
+    assert {(r["stage"], r["outcome"]) for r in ledger} >= {("extract_claims", "ok"), ("normalize_relations", "ok")}
+    assert all(r["work_id"] is not None and r["tokens_in"] > 0 for r in ledger)
+
+
+def test_a_reply_that_breaks_the_schema_ends_in_a_named_failure(stack) -> None:
+    pipeline, fake = stack
+    fake.reply_with("not json at all", "{also broken", '{"claims": 3}')
+    version = pipeline.upload(DOC.encode(), "broken.md")
+    report = pipeline.wait(version.version_id, timeout_s=60)
+    extract = next(s for s in report.versions[0].stages if s.stage == "extract_claims")
+    assert extract.status == 6  # dead letter after the retries
+    row = pipeline.sql("SELECT failure_reason FROM document_versions WHERE version_id = $1::uuid",
+                       version.version_id)[0]
+    assert row["failure_reason"] == "extraction_failed"
+    assert pipeline.sql("SELECT count(*) FROM claims")[0][0] == 0
