@@ -120,6 +120,12 @@ def _cmd_ops(args: argparse.Namespace) -> int:
                     raise SystemExit(f"testament ops replay: no dead-lettered work unit {args.work_id}")
                 return {"work_id": str(row["work_id"]), "stage": row["stage"], "max_attempts": row["max_attempts"],
                         "not_before": row["not_before"].isoformat()}
+            if args.ops_command == "reextract":
+                generation = await queue.reextract(uuid.UUID(args.version_id), None)
+                if generation is None:
+                    raise SystemExit(f"testament ops reextract: version {args.version_id} has no finished "
+                                     "extraction to redo (unknown, deleted or still processing)")
+                return {"version_id": args.version_id, "generation": generation}
             if args.ops_command == "resume-no-route":
                 released = await queue.resume_no_route(set(settings.conversion_routes), None)
                 return {"released": [str(v) for v in released]}
@@ -212,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     p_replay.add_argument("--attempts", type=int, default=None)
     p_replay.add_argument("--not-before", default=None, help="ISO 8601 instant")
     ops_sub.add_parser("resume-no-route", help="release parked work whose MIME type now has a route")
+    p_reextract = ops_sub.add_parser("reextract", help="read a version again with the configured extractor")
+    p_reextract.add_argument("version_id")
     ops_sub.add_parser("inspect", help="queue counts by stage, status and defer reason")
     p_ops.set_defaults(func=_cmd_ops)
     p_merges = ops_sub.add_parser("merges", help="entity merge proposals: list, apply, revert")

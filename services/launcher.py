@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -26,14 +25,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.platform.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
 from services.platform.migrations import MigrationError, migrate
+from services.platform.procs import die_with_parent
 from services.platform.server import free_ports
 from services.platform.settings import SERVICE_NAMES, Settings
 
 GATEWAY = "gateway"
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -72,10 +68,9 @@ class Stack:
     def _spawn(self, name: str, port: int, env: dict[str, str]) -> None:
         module = "services.gateway" if name == GATEWAY else f"services.{name}"
         proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", module],
+            die_with_parent([sys.executable, "-m", module]),
             env=env,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
         )
         self.children.append(Child(name, port, proc))

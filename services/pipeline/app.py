@@ -22,7 +22,7 @@ from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Pass
 from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
 from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import build_sections, chunk, parse_blocks, reuse_plan
-from services.pipeline.domain.work import StageFailure
+from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
 from services.platform import telemetry
 
 if TYPE_CHECKING:
@@ -203,12 +203,13 @@ class Stages:
     async def _extract_claims(self, unit: Claimed, source: VersionSource) -> Done:
         from services.pipeline.adapters.store import draft_payload
 
-        if unit.unit_key == "":
+        ordinal = chunk_ordinal(unit.unit_key)
+        if ordinal is None:
             return Done()  # a version without passages
-        row = await self.store.chunk(source.version_id, int(unit.unit_key))
+        row = await self.store.chunk(source.version_id, ordinal)
         if row is None:
             raise StageFailure("chunk_set_changed", f"chunk {unit.unit_key} is gone", permanent=True)
-        if row.reused_from is not None:
+        if row.reused_from is not None and not generation_suffix(unit.unit_key):
             payload: dict[str, Any] = {"reused_from": str(row.reused_from)}
             provider = "reuse"
         else:
@@ -225,9 +226,10 @@ class Stages:
     async def _ground_claims(self, unit: Claimed, source: VersionSource) -> Done:
         from services.pipeline.adapters.store import load_payload
 
-        if unit.unit_key == "":
+        ordinal = chunk_ordinal(unit.unit_key)
+        if ordinal is None:
             return Done()
-        row = await self.store.chunk(source.version_id, int(unit.unit_key))
+        row = await self.store.chunk(source.version_id, ordinal)
         stored = await self.store.drafts(row.chunk_id) if row else None
         if row is None or stored is None:
             raise StageFailure("chunk_set_changed", f"drafts of chunk {unit.unit_key} are gone", permanent=True)
@@ -281,8 +283,10 @@ class Stages:
         return Done(write)
 
     async def _reconcile(self, unit: Claimed, source: VersionSource) -> Done:
+        rerun = bool(generation_suffix(unit.unit_key))
+
         async def write(conn: Any) -> None:
-            await self.facts.reconcile(conn, source)
+            await self.facts.reconcile(conn, source, reextracted_by=self.claims.version if rerun else None)
 
         return Done(write)
 

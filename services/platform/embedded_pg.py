@@ -10,7 +10,6 @@ dedicated system user (``embedded_postgres``, created on first use).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import os
 import pwd
@@ -22,9 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.platform.procs import die_with_parent
+
 _SYSTEM_USER = "embedded_postgres"
 _SUPERUSER = "postgres"
-PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -43,11 +43,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _ensure_system_user() -> pwd.struct_passwd:
@@ -149,11 +144,10 @@ class EmbeddedPostgres:
         log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             self._proc = subprocess.Popen(  # noqa: S603
-                args,
+                die_with_parent(args, other_user=self._user is not None),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
                 start_new_session=True,
                 **self._run_as(),  # type: ignore[arg-type]
             )

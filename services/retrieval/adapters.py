@@ -22,8 +22,8 @@ DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR 
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
 FACT_SUPPORTED = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
                           JOIN documents d ON d.doc_id = c.doc_id
-                         WHERE e.fact_id = f.fact_id AND e.stance = 'supports' AND c.is_current_testimony
-                           AND {DOC_VISIBLE})"""
+                         WHERE e.fact_id = f.fact_id AND e.stance = 'supports'
+                           AND (c.is_current_testimony OR f.support_state = 'withdrawn') AND {DOC_VISIBLE})"""
 # Hydrate and transcript also show facts that were retracted: any evidence from a visible,
 # non-deleted document will do.
 FACT_TRACEABLE = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id

@@ -58,6 +58,59 @@ def test_model_providers_make_grounded_claims_and_facts_and_are_billed(stack) ->
     assert all(r["work_id"] is not None and r["tokens_in"] > 0 for r in ledger)
 
 
+def test_an_extractor_upgrade_that_loses_a_claim_withdraws_the_fact(pg, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.support import REPO, service_env
+
+    second = "Dana leads finance."
+    doc = f"# Notes\n\n{TEXT} {second}\n"
+    both = {"dropped": [], "omitted": [], "claims": [
+        {**claims_reply()["claims"][0]},
+        {**claims_reply()["claims"][0], "source_span": second, "start": len(TEXT) + 1,
+         "end": len(TEXT) + 1 + len(second), "claim_text": second}]}
+    relations = {"results": [
+        relations_reply()["results"][0],
+        {"claim_id": "c2", "assertions": [{"kind": "relation", "subject": "Dana", "predicate": "other:leads",
+                                           "object": "finance", "change_kind": "none", "previous_object": None,
+                                           "previous_value": None}]}]}
+    dsn = clone_database(pg)
+    with FakeOpenAI() as fake:
+        env = {"TESTAMENT_DATA_DIR": str(tmp_path), "TESTAMENT_WORKER_POLL_S": "0.5",
+               "TESTAMENT_CLAIMS_PROVIDER": "openai", "TESTAMENT_RELATIONS_PROVIDER": "openai",
+               "TESTAMENT_OPENAI_BASE_URL": fake.base_url, "TESTAMENT_OPENAI_API_KEY": "sk-test",
+               "TESTAMENT_OPENAI_TIMEOUT_S": "5"}
+        with run_service("ingest", dsn, tmp_path, **env) as ingest:
+            with run_service("pipeline", dsn, tmp_path, **env) as pipeline:
+                stack = Pipeline(dsn, ingest.address, pipeline.address, tmp_path)
+                fake.reply_with(both, relations)
+                version = stack.upload(doc.encode(), "notes.md")
+                assert stack.wait(version.version_id).ready
+            # The extractor is upgraded (another model); its reading no longer derives Dana's claim.
+            fake.reply_with({**both, "claims": both["claims"][:1]}, relations_reply())
+            with run_service("pipeline", dsn, tmp_path, **env, TESTAMENT_OPENAI_CHAT_MODEL="better-model"):
+                result = subprocess.run([sys.executable, "-m", "services.cli", "ops", "reextract",
+                                         version.version_id], cwd=REPO, env=service_env(dsn), capture_output=True,
+                                        text=True, timeout=60)
+                assert result.returncode == 0, result.stderr
+                import time
+
+                for _ in range(200):
+                    left = stack.sql("SELECT count(*) FROM work_units WHERE status NOT IN ('succeeded', 'skipped')")
+                    if left[0][0] == 0:
+                        break
+                    time.sleep(0.1)
+        facts = {r["label"]: r for r in stack.sql(
+            "SELECT label, support_state, invalidated_at, evidence_count FROM facts")}
+        assert facts["Ravi owns invoice exporter"]["support_state"] == "current"
+        assert facts["Ravi owns invoice exporter"]["evidence_count"] == 1
+        dana = facts["Dana leads finance"]
+        assert (dana["support_state"], dana["invalidated_at"]) == ("withdrawn", None)  # flagged, not retracted
+        events = stack.sql("SELECT reason FROM testimony_currency_events")
+        assert {e[0] for e in events} == {"reextracted"}
+
+
 def test_a_reply_that_breaks_the_schema_ends_in_a_named_failure(stack) -> None:
     pipeline, fake = stack
     fake.reply_with("not json at all", "{also broken", '{"claims": 3}')

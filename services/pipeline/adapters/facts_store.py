@@ -386,6 +386,41 @@ async def _decision(conn: asyncpg.Connection, space_id: uuid.UUID, fact_id: uuid
 # reconciliation
 # --------------------------------------------------------------------------------------
 
+async def retire_reextracted(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
+                             version_id: uuid.UUID, extractor_version: str) -> list[uuid.UUID]:
+    """Claims of this version from an earlier extractor, now that ``extractor_version`` has read
+    it again, stop being current testimony (``reextracted``)."""
+    rows = await conn.fetch(
+        """UPDATE claims c SET is_current_testimony = false
+            WHERE c.version_id = $1 AND c.is_current_testimony AND c.extractor_version <> $2
+        RETURNING c.claim_id""", version_id, extractor_version)
+    if rows:
+        reconciliation = uuid.uuid4()
+        await conn.executemany(
+            """INSERT INTO testimony_currency_events (space_id, claim_id, doc_id, reconciliation_id, became_current,
+                                                      reason, from_version_id)
+               VALUES ($1, $2, $3, $4, false, 'reextracted', $5)""",
+            [(space_id, r["claim_id"], doc_id, reconciliation, version_id) for r in rows])
+    return [r["claim_id"] for r in rows]
+
+
+async def withdraw_unsupported(conn: asyncpg.Connection, space_id: uuid.UUID, fact_ids: list[uuid.UUID]) -> None:
+    """Recount support; a fact left with none because only the reading changed is flagged
+    ``withdrawn`` (never retracted), with a decision on its transcript."""
+    if not fact_ids:
+        return
+    await conn.fetch("SELECT * FROM refresh_fact_support($1::uuid[], false)", fact_ids)
+    rows = await conn.fetch(
+        """UPDATE facts SET support_state = CASE WHEN evidence_count = 0 THEN 'withdrawn' ELSE 'current' END
+            WHERE fact_id = ANY($1::uuid[]) AND invalidated_at IS NULL
+        RETURNING fact_id, kind, support_state""", fact_ids)
+    await conn.executemany(
+        """INSERT INTO fact_decisions (space_id, fact_id, subject_kind, outcome, method, features)
+           VALUES ($1, $2, $3, 'withdrawn', 'reconcile', $4)""",
+        [(space_id, r["fact_id"], r["kind"], {"reason": "reextraction_did_not_derive_it"}) for r in rows
+         if r["support_state"] == "withdrawn"])
+
+
 async def supersede_living_testimony(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID,
                                      version_id: uuid.UUID) -> list[uuid.UUID]:
     """A living document's new version is the standing statement: claims of earlier versions

@@ -42,6 +42,7 @@ class FactsWriter:
                       c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
                  FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
                 WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
+                  AND NOT EXISTS (SELECT 1 FROM normalization_outcomes n WHERE n.claim_id = c.claim_id)
                 ORDER BY c.char_start, c.ordinal""", source.version_id)
         views = [ClaimView(str(c["claim_id"]), c["claim_text"], c["is_attributed"], c["attributed_to"],
                            c["claim_valid_from"], c["claim_valid_until"], c["claim_valid_precision"],
@@ -151,13 +152,24 @@ class FactsWriter:
                 WHERE a.version_id = $1""", source.version_id)]
         await refresh_support(conn, source.space_id, touched, retract=False)
 
-    async def reconcile(self, conn: asyncpg.Connection, source: VersionSource) -> None:
+    async def reconcile(self, conn: asyncpg.Connection, source: VersionSource, *, reextracted_by: str | None = None
+                        ) -> None:
         """A living document's new version retires the claims it no longer carries; facts that
-        lose their last current support are retracted. Snapshot versions retire nothing."""
+        lose their last current support are retracted. Snapshot versions retire nothing.
+
+        After a re-extraction (``reextracted_by`` = the extractor that just ran), claims of
+        this version that the new reading did not derive again stop being current
+        (``reextracted``); a fact left without support is then only *withdrawn*: the source
+        did not change, only the reading did, so it is flagged and still returned."""
+        await fs.lock_space(conn, source.space_id)
+        if reextracted_by is not None:
+            retired = await fs.retire_reextracted(conn, source.space_id, source.doc_id, source.version_id,
+                                                  reextracted_by)
+            await fs.withdraw_unsupported(conn, source.space_id, await facts_of_claims(conn, retired))
+            return
         mode = await conn.fetchval("SELECT versioning_mode FROM documents WHERE doc_id = $1", source.doc_id)
         if mode != "living":
             return
-        await fs.lock_space(conn, source.space_id)
         retired = await fs.supersede_living_testimony(conn, source.space_id, source.doc_id, source.version_id)
         await refresh_support(conn, source.space_id, await facts_of_claims(conn, retired), retract=True)
 

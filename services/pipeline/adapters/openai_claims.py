@@ -417,8 +417,8 @@ def _validate(value: Any, schema: dict[str, Any], path: str) -> None:
             except _Malformed:
                 continue
         raise _Malformed(f"{path} matches none of the allowed shapes")
-    types = schema.get("type")
-    allowed = types if isinstance(types, list) else [types]
+    types = schema["type"]
+    allowed: list[str] = types if isinstance(types, list) else [types]
     if not any(_is_type(value, t) for t in allowed):
         raise _Malformed(f"{path} should be {' or '.join(allowed)}, got {type(value).__name__}")
     if "enum" in schema and value not in schema["enum"]:

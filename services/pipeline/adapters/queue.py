@@ -24,6 +24,7 @@ from services.pipeline.domain.work import (
     PER_CHUNK,
     Unit,
     backoff_s,
+    generation_suffix,
     successors,
 )
 from services.platform.db import Database
@@ -141,8 +142,10 @@ class PgQueue:
                 """SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'skipped')) AS open,
                           count(*) FILTER (WHERE stage = 'extract_claims') AS extracted,
                           count(*) FILTER (WHERE stage = 'ground_claims') AS grounded
-                     FROM work_units WHERE version_id = $1 AND stage = ANY($2::text[])""",
-                unit.version_id, list(PER_CHUNK))
+                     FROM work_units WHERE version_id = $1 AND stage = ANY($2::text[])
+                      AND (CASE WHEN position('#' in unit_key) > 0
+                                THEN substr(unit_key, position('#' in unit_key)) ELSE '' END) = $3""",
+                unit.version_id, list(PER_CHUNK), generation_suffix(unit.unit_key))
             stage_done = row["open"] == 0 and row["extracted"] == row["grounded"]
         nxt = successors(unit.stage, unit.unit_key, chunk_ordinals=ordinals, stage_done=stage_done)
         if nxt:
@@ -224,6 +227,29 @@ class PgQueue:
                           AND NOT EXISTS (SELECT 1 FROM work_units d WHERE d.version_id = v.version_id
                                             AND d.status = 'dead_letter')""", row["version_id"])
             return row
+
+    async def reextract(self, version_id: uuid.UUID, space_id: uuid.UUID | None) -> str | None:
+        """Run the claim stages of a version again (e.g. after an extractor upgrade) as a new
+        generation; what follows them reruns too. Returns the generation, or None when the
+        version has no finished extraction to redo."""
+        async with self.db.transaction() as conn:
+            row = await conn.fetchrow(
+                """SELECT v.space_id, count(*) FILTER (WHERE w.stage = 'extract_claims') AS runs
+                     FROM document_versions v JOIN work_units w ON w.version_id = v.version_id
+                    WHERE v.version_id = $1 AND v.deleted_at IS NULL AND ($2::uuid IS NULL OR v.space_id = $2)
+                      AND NOT EXISTS (SELECT 1 FROM work_units o WHERE o.version_id = v.version_id
+                                        AND o.status IN ('pending', 'running', 'failed', 'dead_letter'))
+                    GROUP BY v.space_id""", version_id, space_id)
+            chunks = await conn.fetch("SELECT ordinal FROM chunks WHERE version_id = $1 ORDER BY ordinal", version_id)
+            if row is None or not chunks:
+                return None
+            generations = await conn.fetchval(
+                "SELECT count(DISTINCT split_part(unit_key, '#', 2)) FROM work_units "
+                "WHERE version_id = $1 AND stage = 'extract_claims'", version_id)
+            suffix = f"#{generations}"
+            await self.enqueue(conn, row["space_id"], version_id,
+                               [Unit("extract_claims", f"{c['ordinal']}{suffix}") for c in chunks])
+            return suffix
 
     async def resume_no_route(self, routes: set[str], space_id: uuid.UUID | None) -> list[uuid.UUID]:
         rows = await self.db.fetch(

@@ -234,7 +234,7 @@ class PgStageStore:
         assert source.representation_id is not None
         rows = []
         for ordinal, c in enumerate(claims):
-            claim_id = derived_id("claim", chunk_id, ordinal)
+            claim_id = derived_id("claim", chunk_id, extractor, ordinal)  # a new extractor makes new claims
             rows.append((
                 claim_id, source.space_id, source.doc_id, source.version_id, source.representation_id, chunk_id,
                 ordinal, c.claim_text, c.source_span, c.char_start, c.char_end,

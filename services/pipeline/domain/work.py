@@ -59,10 +59,23 @@ def successors(stage: str, unit_key: str, *, chunk_ordinals: Sequence[int], stag
         if not chunk_ordinals:
             return [Unit("extract_claims"), ]
         return [Unit("extract_claims", str(o)) for o in chunk_ordinals]
+    generation = generation_suffix(unit_key)
     if stage == "extract_claims":
         return [Unit("ground_claims", unit_key)]
     if stage == "ground_claims":
-        return [Unit(AFTER_CLAIMS[0])] if stage_done else []
+        return [Unit(AFTER_CLAIMS[0], generation)] if stage_done else []
     if stage in AFTER_CLAIMS[:-1]:
-        return [Unit(AFTER_CLAIMS[AFTER_CLAIMS.index(stage) + 1])]
+        return [Unit(AFTER_CLAIMS[AFTER_CLAIMS.index(stage) + 1], generation)]
     return []
+
+
+def generation_suffix(unit_key: str) -> str:
+    """Re-extraction runs the claim stages again as a new generation: its units' keys end in
+    ``#<n>`` (the first run has none), and the stages after it inherit the suffix."""
+    _, sep, generation = unit_key.partition("#")
+    return f"#{generation}" if sep else ""
+
+
+def chunk_ordinal(unit_key: str) -> int | None:
+    head = unit_key.partition("#")[0]
+    return int(head) if head else None

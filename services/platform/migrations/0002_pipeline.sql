@@ -117,7 +117,7 @@ CREATE TABLE claims (
     embedding              vector,
     embedding_dim          integer,
     embedding_model        text,
-    UNIQUE (chunk_id, ordinal)
+    UNIQUE (chunk_id, extractor_version, ordinal)
 );
 CREATE INDEX claims_version ON claims (version_id);
 CREATE INDEX claims_doc ON claims (doc_id);
