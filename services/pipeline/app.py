@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
 from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
 from services.pipeline.domain.grounding import ground
-from services.pipeline.domain.structure import build_sections, chunk, parse_blocks, reuse_plan
+from services.pipeline.domain.structure import build_sections, chunk, normalized_hash, parse_blocks, reuse_plan
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
 from services.platform import telemetry
 
@@ -214,14 +214,43 @@ class Stages:
             provider = "reuse"
         else:
             markdown = await self._markdown_of(source)
-            self.extract_calls += 1
-            drafts, decisions = await self.claims.extract(self._input(source, markdown, row))
+            drafts, decisions, kept, calls = await self._read_passage(unit, source, markdown, row)
             payload, provider = draft_payload(drafts, decisions), self.claims.name
+            payload["reused_claims"] = [str(c) for c in kept]
+            payload["provider_calls"] = calls
 
         async def write(conn: Any) -> None:
             await self.store.save_drafts(conn, source, row.chunk_id, provider, payload)
 
         return Done(write)
+
+    async def _read_passage(self, unit: Claimed, source: VersionSource, markdown: str, row: Any
+                            ) -> tuple[list[Any], list[Any], list[uuid.UUID], int]:
+        """Claims of a changed passage. When an earlier version exists, only the blocks whose
+        text changed go to the provider; unchanged paragraphs keep their claims."""
+        earlier = ({} if generation_suffix(unit.unit_key)
+                   else await self.store.previous_claims_by_block(source, self.claims.version))
+        if not earlier:
+            self.extract_calls += 1
+            drafts, decisions = await self.claims.extract(self._input(source, markdown, row))
+            return drafts, decisions, [], 1
+        drafts, decisions, kept, calls = [], [], [], 0
+        for block in parse_blocks(row.chunk_text):
+            known = earlier.get(normalized_hash(block.text))
+            if known is not None:
+                kept.extend(known)
+                continue
+            if block.kind == "heading":
+                continue
+            start = row.char_start + block.char_start
+            item = ExtractionInput(markdown, Passage(str(row.chunk_id), start, start + len(block.text)),
+                                   source.source_modified_at or source.ingested_at, source.title)
+            self.extract_calls += 1
+            calls += 1
+            found, why = await self.claims.extract(item)
+            drafts.extend(found)
+            decisions.extend(why)
+        return drafts, decisions, kept, calls
 
     async def _ground_claims(self, unit: Claimed, source: VersionSource) -> Done:
         from services.pipeline.adapters.store import load_payload
@@ -247,9 +276,13 @@ class Stages:
         asserted = source.source_modified_at or source.ingested_at
         version = getattr(self.claims, "version", provider)
 
+        reused = [uuid.UUID(c) for c in payload.get("reused_claims", [])]
+
         async def write(conn: Any) -> None:
             await self.store.save_claims(conn, source, row.chunk_id, kept, all_decisions, extractor=version,
                                          asserted_at=asserted)
+            if reused:
+                await self.store.attach_claims(conn, source, row.chunk_id, reused)
 
         return Done(write)
 

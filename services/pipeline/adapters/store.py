@@ -131,6 +131,35 @@ class PgStageStore:
         )
         return [OldChunk(**dict(r)) for r in rows]
 
+    async def previous_claims_by_block(self, source: VersionSource, extractor_version: str
+                                       ) -> dict[str, list[uuid.UUID]]:
+        """For the newest earlier version: each block's normalised-text hash → the claims (of
+        this extractor) whose verbatim span lies in that block. An unchanged paragraph of a new
+        version keeps these claims instead of being read again."""
+        from services.pipeline.domain.structure import normalized_hash, parse_blocks
+
+        rows = await self.db.fetch(
+            """SELECT ch.chunk_id, ch.chunk_text, c.claim_id, c.source_span
+                 FROM chunks ch
+                 JOIN claim_occurrences o ON o.chunk_id = ch.chunk_id
+                 JOIN claims c ON c.claim_id = o.claim_id
+                WHERE c.extractor_version = $3 AND c.is_current_testimony
+                  AND ch.version_id = (SELECT v.version_id FROM document_versions v
+                                        WHERE v.doc_id = $1 AND v.version_no < $2
+                                          AND EXISTS (SELECT 1 FROM chunks x WHERE x.version_id = v.version_id)
+                                        ORDER BY v.version_no DESC LIMIT 1)""",
+            source.doc_id, source.version_no, extractor_version)
+        by_chunk: dict[uuid.UUID, tuple[str, list[tuple[uuid.UUID, str]]]] = {}
+        for r in rows:
+            by_chunk.setdefault(r["chunk_id"], (r["chunk_text"], []))[1].append((r["claim_id"], r["source_span"]))
+        out: dict[str, list[uuid.UUID]] = {}
+        for text, claims in by_chunk.values():
+            for block in parse_blocks(text):
+                key = normalized_hash(block.text)
+                out.setdefault(key, [])
+                out[key].extend(claim for claim, span in claims if span in block.text and claim not in out[key])
+        return out
+
     @staticmethod
     async def save_chunks(conn: asyncpg.Connection, source: VersionSource, chunks: Sequence[Chunk],
                           sections: Sequence[Section], reuse: Sequence[OldChunk | None]) -> None:
@@ -216,6 +245,14 @@ class PgStageStore:
     async def drafts(self, chunk_id: uuid.UUID) -> tuple[str, dict[str, Any]] | None:
         row = await self.db.fetchrow("SELECT provider, drafts FROM claim_drafts WHERE chunk_id = $1", chunk_id)
         return (row["provider"], row["drafts"]) if row else None
+
+    @staticmethod
+    async def attach_claims(conn: asyncpg.Connection, source: VersionSource, chunk_id: uuid.UUID,
+                            claim_ids: Sequence[uuid.UUID]) -> None:
+        await conn.executemany(
+            """INSERT INTO claim_occurrences (claim_id, chunk_id, version_id, space_id, derivation_kind)
+               VALUES ($1, $2, $3, $4, 'reused') ON CONFLICT DO NOTHING""",
+            [(claim_id, chunk_id, source.version_id, source.space_id) for claim_id in claim_ids])
 
     @staticmethod
     async def reuse_claims(conn: asyncpg.Connection, source: VersionSource, chunk_id: uuid.UUID,
