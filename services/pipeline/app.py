@@ -74,7 +74,6 @@ class Stages:
         self.chunk_token_budget = chunk_token_budget
         self.embed_batch_size = embed_batch_size
         self._markdown: OrderedDict[str, str] = OrderedDict()
-        self.extract_calls = 0  # how many chunks went to the claim provider (tests count them)
 
     async def run(self, unit: Claimed) -> Done | Park:
         handler = getattr(self, f"_{unit.stage}")
@@ -231,7 +230,6 @@ class Stages:
         earlier = ({} if generation_suffix(unit.unit_key)
                    else await self.store.previous_claims_by_block(source, self.claims.version))
         if not earlier:
-            self.extract_calls += 1
             drafts, decisions = await self.claims.extract(self._input(source, markdown, row))
             return drafts, decisions, [], 1
         drafts, decisions, kept, calls = [], [], [], 0
@@ -245,7 +243,6 @@ class Stages:
             start = row.char_start + block.char_start
             item = ExtractionInput(markdown, Passage(str(row.chunk_id), start, start + len(block.text)),
                                    source.source_modified_at or source.ingested_at, source.title)
-            self.extract_calls += 1
             calls += 1
             found, why = await self.claims.extract(item)
             drafts.extend(found)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,7 +63,8 @@ class SearchLegs:
 
     def __init__(self) -> None:
         self._eligible: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int]] = {}
-        self.plans: list[str] = []  # which plan the last searches used (exact | hnsw), for tests
+        # The plans of recent searches (exact | hnsw), bounded: benchmarks and operators read it.
+        self.plans: deque[str] = deque(maxlen=1000)
 
     async def eligible(self, conn: asyncpg.Connection, kind: str, caller: Caller) -> int:
         """How many rows the caller may see (cached briefly): decides exact scan vs index."""
