@@ -46,8 +46,11 @@ _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 
 
 class IngestServicer:
-    def __init__(self, service: IngestService) -> None:
+    def __init__(self, service: IngestService, *, model_bindings: dict[str, str] | None = None,
+                 build_revision: str = "") -> None:
         self.service = service
+        self.model_bindings = dict(model_bindings or {})
+        self.build_revision = build_revision
 
     async def Upload(self, requests: AsyncIterator[ingest_pb2.UploadRequest],
                      context: grpc.aio.ServicerContext) -> ingest_pb2.UploadResponse:
@@ -129,13 +132,19 @@ class IngestServicer:
                            context: grpc.aio.ServicerContext) -> ingest_pb2.GetReadinessResponse:
         ids, require = self._readiness_args(request)
         report = await self.service.readiness(require_caller(), ids, require)
-        return ingest_pb2.GetReadinessResponse(report=report_message(report))
+        return ingest_pb2.GetReadinessResponse(report=self._report(report))
 
     async def WatchReadiness(self, request: ingest_pb2.WatchReadinessRequest,
                              context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.WatchReadinessResponse]:
         ids, require = self._readiness_args(request)
         async for report in self.service.watch_readiness(require_caller(), ids, require):
-            yield ingest_pb2.WatchReadinessResponse(report=report_message(report))
+            yield ingest_pb2.WatchReadinessResponse(report=self._report(report))
+
+    def _report(self, report: ReadinessReport) -> ingest_pb2.PipelineReadinessReport:
+        message = report_message(report)
+        message.build_revision = self.build_revision
+        message.model_bindings.update(self.model_bindings)
+        return message
 
 
 def report_message(report: ReadinessReport) -> ingest_pb2.PipelineReadinessReport:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.ingest.adapters import GrpcGraphHealth, PgIngestRepository
 from services.ingest.api import IngestServicer
 from services.ingest.app import IngestService
-from services.platform.bootstrap import open_object_store, open_platform
+from services.platform.bootstrap import model_bindings, open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.server import Servicer, ServiceSpec, run_service
 from services.platform.settings import Settings, load_settings
@@ -21,10 +21,11 @@ async def build(settings: Settings) -> ServiceSpec:
         body_max_bytes=settings.ingest_body_max_bytes,
         trusted_attribution=settings.trusted_principal_source,
     )
+    servicer = IngestServicer(service, model_bindings=model_bindings(settings), build_revision=settings.build_revision)
     return ServiceSpec(
         name="ingest",
         port=settings.port_for("ingest"),
-        servicers=[Servicer(SERVICE_FULL_NAMES["ingest"], IngestServicer(service)), platform.deployment],
+        servicers=[Servicer(SERVICE_FULL_NAMES["ingest"], servicer), platform.deployment],
         authenticator=platform.authenticator,
         closers=[graph.close, store.close, *platform.closers],
     )

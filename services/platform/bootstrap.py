@@ -57,6 +57,21 @@ async def open_database(settings: Settings, name: str) -> Database:
         ) from None
 
 
+def model_bindings(settings: Settings) -> dict[str, str]:
+    """Which model serves each role (no secrets): what /deployment reports."""
+    def chat(provider: str) -> str:
+        return f"openai:{settings.openai_chat_model}" if provider == "openai" else provider
+
+    embedding = {"hash": f"hash-{settings.embedding_dimension}-v1",
+                 "sentence-transformers": "sentence-transformers/all-MiniLM-L6-v2",
+                 "openai": f"openai:{settings.openai_embedding_model}"}[settings.embedding_provider]
+    return {
+        "structure_fallback": "rules", "section_role": "rules", "claim_extraction": chat(settings.claims_provider),
+        "relation_normalization": chat(settings.relations_provider), "entity_resolution": "rules",
+        "fact_adjudication": "rules", "p1_embedding": embedding,
+    }
+
+
 async def open_object_store(settings: Settings, name: str) -> ObjectStore:
     """The configured object store, checked before the service reports healthy."""
     store = build_object_store(
@@ -85,7 +100,7 @@ async def open_platform(settings: Settings, name: str) -> Platform:
     db = await open_database(settings, name)
     deployment = Servicer(
         SERVICE_FULL_NAMES["deployment"],
-        DeploymentServicer(db, build_revision=settings.build_revision),
+        DeploymentServicer(db, build_revision=settings.build_revision, model_bindings=model_bindings(settings)),
     )
     return Platform(
         db=db,
