@@ -31,20 +31,14 @@ the text) to an optional ``on_call`` callback, for the cost ledger.
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import inspect
 import json
 import logging
-import re
-import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import httpx
 
-from services.pipeline.adapters.openai_claims import ChatCall, OnCall, Outcome
+from services.pipeline.adapters.openai_chat import ChatEndpoint, OnCall, _Malformed, _validate, strict_object
 from services.pipeline.domain.facts import (
     CORE_PREDICATES,
     WORK_PACK,
@@ -54,7 +48,6 @@ from services.pipeline.domain.facts import (
     is_entity_name,
     valid_predicate,
 )
-from services.pipeline.domain.work import StageFailure
 from services.platform.text import fold, normalize_name
 
 __all__ = ["CHANGE_KINDS", "PROMPT_VERSION", "SYSTEM_PROMPT", "OpenAIRelationProvider", "assertions_schema",
@@ -73,9 +66,7 @@ _VALUE_CHARS: Final = 200
 # --------------------------------------------------------------------------- the contract
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    """A strict-mode object: every property required, nothing else allowed."""
-    return {"type": "object", "additionalProperties": False, "required": list(properties), "properties": properties}
+_object = strict_object
 
 
 _NULLABLE_STR: Final = {"type": ["string", "null"]}
@@ -201,15 +192,14 @@ class OpenAIRelationProvider:
         self.version = f"openai-normalizer/{model}/{PROMPT_VERSION}"
         self.timeout_s = timeout_s
         self.batch_size = batch_size
-        self.on_call = on_call
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers, transport=transport)
+        self._chat = ChatEndpoint(base_url, api_key, model, provider=self.name, timeout_s=timeout_s,
+                                  on_call=on_call, transport=transport)
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAIRelationProvider(base_url={self.base_url!r}, model={self.model!r})"
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._chat.aclose()
 
     async def __aenter__(self) -> OpenAIRelationProvider:
         return self
@@ -242,7 +232,15 @@ class OpenAIRelationProvider:
         for start in range(0, len(pending), self.batch_size):
             indices = pending[start:start + self.batch_size]
             batch = [claims[i] for i in indices]
-            answers = await self._complete(self.request_body(batch, aliases))
+            body = self.request_body(batch, aliases)
+            schema = body["response_format"]["json_schema"]["schema"]
+
+            def check(reply: Any, schema: dict[str, Any] = schema) -> list[list[dict[str, Any]]]:
+                _validate(reply, schema, "$")
+                return _answers(reply, schema["properties"]["results"]["items"]["properties"]["claim_id"]["enum"])
+
+            answers = await self._chat.complete(body, check, what="assertions",
+                                                refusal="the model refused to normalise these claims")
             for i, claim, raw in zip(indices, batch, answers, strict=True):
                 result = results[i] = convert(claim, raw)
                 aliases.update(normalize_name(n) for d in result[0] for n in (d.subject, d.object) if n)
@@ -251,74 +249,6 @@ class OpenAIRelationProvider:
         return done
 
     # ----------------------------------------------------------------- HTTP
-
-    async def _record(self, started: float, outcome: Outcome, tokens: tuple[int, int] = (0, 0)) -> None:
-        if self.on_call is None:
-            return
-        call = ChatCall(self.name, self.model, tokens[0], tokens[1],
-                        round((time.perf_counter() - started) * 1000, 3), outcome)
-        try:
-            result = self.on_call(call)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:  # the ledger must not turn a good normalisation into a failure
-            log.exception("relation provider cost callback failed")
-
-    async def _complete(self, body: dict[str, Any]) -> list[list[dict[str, Any]]]:
-        """The assertions answered for each claim of the batch, in order, checked against the
-        batch's schema (every id exactly once), or a :class:`StageFailure`."""
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-                await response.aread()
-        except (TimeoutError, httpx.TimeoutException):
-            await self._record(started, "timeout")
-            raise StageFailure("provider_unavailable", f"chat request timed out after {self.timeout_s:g} s",
-                               permanent=False) from None
-        except httpx.HTTPError as exc:
-            await self._record(started, "unreachable")
-            raise StageFailure("provider_unavailable", f"chat endpoint unreachable: {type(exc).__name__}",
-                               permanent=False) from None
-
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
-            outcome: Outcome = "rate_limited" if status == 429 else "server_error"
-            await self._record(started, outcome)
-            raise StageFailure("provider_unavailable", f"chat endpoint answered HTTP {status}", permanent=False,
-                               retry_after_s=_retry_after(response))
-        if not 200 <= status < 300:
-            await self._record(started, "client_error")
-            detail = f"HTTP {status} {_error_message(response)}".rstrip()
-            raise StageFailure("provider_rejected", f"chat endpoint refused the request: {detail}", permanent=True)
-
-        try:
-            payload = response.json()
-        except ValueError:
-            await self._record(started, "malformed")
-            raise StageFailure("extraction_failed", "chat reply is not JSON", permanent=False) from None
-        tokens = _usage(payload)
-        try:
-            message = _message(payload)
-            if isinstance(message.get("refusal"), str) and message["refusal"]:
-                await self._record(started, "refused", tokens)
-                raise StageFailure("provider_rejected", "the model refused to normalise these claims",
-                                   permanent=True)
-            content = message.get("content")
-            if not isinstance(content, str):
-                raise _Malformed("the message has no text content")
-            try:
-                reply = json.loads(content)
-            except ValueError:
-                raise _Malformed("the message content is not JSON") from None
-            schema = body["response_format"]["json_schema"]["schema"]
-            _validate(reply, schema, "$")
-            answers = _answers(reply, schema["properties"]["results"]["items"]["properties"]["claim_id"]["enum"])
-        except _Malformed as exc:
-            await self._record(started, "malformed", tokens)
-            raise StageFailure("extraction_failed", f"malformed assertions reply: {exc}", permanent=False) from None
-        await self._record(started, "ok", tokens)
-        return answers
 
 
 # --------------------------------------------------------------------------- reply → drafts
@@ -410,94 +340,3 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
 
 
 # --------------------------------------------------------------------------- checks
-
-
-class _Malformed(Exception):
-    pass
-
-
-def _validate(value: Any, schema: dict[str, Any], path: str) -> None:
-    """Check ``value`` against the subset of JSON Schema :func:`assertions_schema` uses, strictly:
-    closed objects (an unknown key breaks it), every property present, enums enforced."""
-    types = schema["type"]
-    allowed: list[str] = types if isinstance(types, list) else [types]
-    if not any(_is_type(value, t) for t in allowed):
-        raise _Malformed(f"{path} should be {' or '.join(allowed)}, got {type(value).__name__}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise _Malformed(f"{path} is {str(value)[:40]!r}, not one of the allowed values")
-    if isinstance(value, dict) and "properties" in schema:
-        missing = [key for key in schema["required"] if key not in value]
-        if missing:
-            raise _Malformed(f"{path} lacks {', '.join(missing)}")
-        extra = [str(key)[:40] for key in value if key not in schema["properties"]]
-        if extra and schema.get("additionalProperties") is False:
-            raise _Malformed(f"{path} has unknown key(s) {', '.join(extra)}")
-        for key, sub in schema["properties"].items():
-            _validate(value[key], sub, f"{path}.{key}")
-    if isinstance(value, list) and "items" in schema:
-        for index, element in enumerate(value):
-            _validate(element, schema["items"], f"{path}[{index}]")
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "null":
-        return value is None
-    return False
-
-
-def _message(payload: Any) -> dict[str, Any]:
-    choices = payload.get("choices") if isinstance(payload, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Malformed("no 'choices'")
-    choice = choices[0]
-    if choice.get("finish_reason") == "length":
-        raise _Malformed("the reply was cut off (finish_reason=length)")
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise _Malformed("no 'message' in the first choice")
-    return message
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _usage(payload: Any) -> tuple[int, int]:
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return 0, 0
-    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])[:200]
-    except Exception:
-        return ""
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw_ms = response.headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", raw):
-        return max(0.0, float(raw))
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
