@@ -137,7 +137,8 @@ class GraphService:
         """A slot (waiting at most ``slot_wait_s``), then one snapshot under the statement
         timeout; the same limit, plus a margin, bounds the whole request on our side."""
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.slot_wait_s)
+            async with asyncio.timeout(self.slot_wait_s):
+                await self._slots.acquire()
         except TimeoutError:
             raise Unavailable(BUSY, reason="GRAPH_BUSY") from None
         try:

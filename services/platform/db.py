@@ -130,6 +130,7 @@ class Database:
         """Idempotent."""
         if not self._pool.is_closing():
             try:
-                await asyncio.wait_for(self._pool.close(), timeout=5.0)
+                async with asyncio.timeout(5.0):
+                    await self._pool.close()
             except TimeoutError:
                 self._pool.terminate()

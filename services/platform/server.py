@@ -172,7 +172,8 @@ async def serve(settings: Settings, spec: ServiceSpec, *, ready: Callable[[int],
             task.cancel()
     for close in reversed(spec.closers):
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(close(), timeout=5.0)
+            async with asyncio.timeout(5.0):
+                await close()
     telemetry.access_log("stopped", service=spec.name)
 
 

@@ -249,9 +249,9 @@ class Retrieval:
                             per_stance: int, hops: int, predicate: str | None, scope: TimeScope,
                             metadata: Sequence[tuple[str, str]] = ()) -> t.Envelope:
         try:
-            return await asyncio.wait_for(
-                self._facts_context(caller, query, entity_ids, k, per_stance, hops, predicate, scope, metadata),
-                FACTS_BUDGET_S)
+            async with asyncio.timeout(FACTS_BUDGET_S):
+                return await self._facts_context(caller, query, entity_ids, k, per_stance, hops, predicate,
+                                                 scope, metadata)
         except TimeoutError:
             env = envelope("fact", scope, dt.datetime.now(dt.UTC))
             return negative(env, "boundary", f"the {FACTS_BUDGET_S:.0f} s fact retrieval budget ran out",

@@ -234,7 +234,8 @@ class _Notifier:
             finally:
                 if conn is not None and not conn.is_closed():
                     try:
-                        await asyncio.wait_for(conn.close(), timeout=2.0)
+                        async with asyncio.timeout(2.0):
+                            await conn.close()
                     except BaseException:  # noqa: BLE001 - closing is best effort, even when cancelled
                         conn.terminate()
             await asyncio.sleep(backoff)
@@ -285,7 +286,8 @@ class _Buffer:
         while len(self.items) >= self.size:
             self.room.clear()
             try:
-                await asyncio.wait_for(self.room.wait(), timeout=stall_s)
+                async with asyncio.timeout(stall_s):
+                    await self.room.wait()
             except TimeoutError:
                 return False
         self.items.append(item)
@@ -330,7 +332,8 @@ async def _produce(db: Database, caller: Caller, wanted: frozenset[str], after: 
                 after = row["pos"]
             if len(rows) < PAGE:  # caught up: sleep until woken or the next poll
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=poll_s)
+                    async with asyncio.timeout(poll_s):
+                        await wake.wait()
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # surfaced to the consumer, which re-raises it

@@ -143,7 +143,8 @@ class Reader:
         out: list[Change | Overrun] = []
         for _ in range(n):
             task = self._next()
-            out.append(await asyncio.wait_for(asyncio.shield(task), within))
+            async with asyncio.timeout(within):
+                out.append(await asyncio.shield(task))
             self.pending = None
         return out
 
@@ -243,7 +244,8 @@ async def test_out_of_sequence_commits_arrive_once_in_commit_order(
             assert not two_task.done()  # its commit waits for the position lock
             assert await r.quiet()
             await first.commit()
-            two = await asyncio.wait_for(two_task, 5)
+            async with asyncio.timeout(5):
+                two = await two_task
             assert ids(await r.take(2)) == [("claim", "new", one), ("claim", "new", two)]
             assert await r.quiet()
     finally:

@@ -252,7 +252,8 @@ async def test_cancelled_stream_leaves_nothing(
         yield b"never"
 
     task = asyncio.create_task(store.put_stream("cancelled", slow()))
-    await asyncio.wait_for(gate.wait(), 20)
+    async with asyncio.timeout(20):
+        await gate.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

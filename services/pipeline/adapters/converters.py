@@ -196,9 +196,8 @@ class MarkItDownConverter:
         if not data:
             raise ConversionFailed("empty_document", "the document is empty")
         try:
-            return await asyncio.wait_for(
-                asyncio.to_thread(self._convert_sync, data, mime, filename), timeout=self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                return await asyncio.to_thread(self._convert_sync, data, mime, filename)
         except TimeoutError:
             raise ConversionFailed(
                 "conversion_timeout", f"conversion took longer than {self.timeout_s:g} s"

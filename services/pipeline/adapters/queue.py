@@ -282,7 +282,8 @@ class Wakeup:
 
     async def wait(self, timeout_s: float) -> None:
         with suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.event.wait()
         self.event.clear()
 
     async def close(self) -> None:

@@ -180,7 +180,8 @@ async def running(queue: PgQueue, stages: ScriptedStages, dsn: str, *, concurren
         yield worker
     finally:
         stop.set()
-        await asyncio.wait_for(task, 10)
+        async with asyncio.timeout(10):
+            await task
 
 
 # --- retries, dead letters, replay -------------------------------------------------------
