@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 
 import httpx
 
+from services.platform.provider_http import error_message, retry_after
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -321,14 +323,6 @@ class _Malformed(Exception):
     pass
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(raw)) if raw is not None else None
-    except ValueError:
-        return None
-
-
 class OpenAIEmbeddings:
     """An OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
 
@@ -427,10 +421,10 @@ class OpenAIEmbeddings:
             outcome: Outcome = "rate_limited" if status == 429 else "server_error"
             await self._record(0, started, outcome)
             raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {status}", retryable=True,
-                                       outcome=outcome, retry_after_s=_retry_after(response))
+                                       outcome=outcome, retry_after_s=retry_after(response))
         if not 200 <= status < 300:
             await self._record(0, started, "client_error")
-            detail = f"HTTP {status} {_error_message(response)}".rstrip()
+            detail = f"HTTP {status} {error_message(response)}".rstrip()
             raise EmbeddingUnavailable(f"embedding endpoint refused the request: {detail}",
                                        retryable=False, outcome="client_error")
         try:
@@ -454,14 +448,6 @@ class OpenAIEmbeddings:
                                        outcome="malformed") from None
         await self._record(tokens_in, started, "ok")
         return vectors
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        message = response.json()["error"]["message"]
-        return str(message)[:200]
-    except Exception:
-        return ""
 
 
 def _usage_tokens(payload: Any) -> int:

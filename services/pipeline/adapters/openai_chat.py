@@ -5,19 +5,18 @@ request with a strict JSON-schema response format, the failure classes the queue
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
 
 from services.pipeline.domain.work import StageFailure
+from services.platform.provider_http import error_message, retry_after
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,36 +48,6 @@ def strict_object(properties: dict[str, Any]) -> dict[str, Any]:
 
 class _Malformed(Exception):
     pass
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw_ms = response.headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])[:200]
-    except Exception:
-        return ""
 
 
 def _count(value: Any) -> int:
@@ -202,10 +171,10 @@ class ChatEndpoint:
             outcome: Outcome = "rate_limited" if status == 429 else "server_error"
             await self._record(started, outcome)
             raise StageFailure("provider_unavailable", f"chat endpoint answered HTTP {status}", permanent=False,
-                               retry_after_s=_retry_after(response))
+                               retry_after_s=retry_after(response))
         if not 200 <= status < 300:
             await self._record(started, "client_error")
-            detail = f"HTTP {status} {_error_message(response)}".rstrip()
+            detail = f"HTTP {status} {error_message(response)}".rstrip()
             raise StageFailure("provider_rejected", f"chat endpoint refused the request: {detail}", permanent=True)
 
         try:

@@ -20,20 +20,14 @@ text) to an optional ``on_call`` callback, for the cost ledger.
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import inspect
-import json
 import logging
 import re
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import httpx
 
+from services.pipeline.adapters.openai_chat import ChatCall, ChatEndpoint, OnCall, _validate, strict_object
 from services.pipeline.domain import timeparse
 from services.pipeline.domain.claims import (
     CLAIMIFY_OMIT_REASONS,
@@ -46,7 +40,6 @@ from services.pipeline.domain.claims import (
     ExtractionInput,
     _added_words,
 )
-from services.pipeline.domain.work import StageFailure
 
 __all__ = ["CLAIMS_SCHEMA", "PROMPT_VERSION", "SYSTEM_PROMPT", "ChatCall", "OpenAIClaimProvider", "build_messages"]
 
@@ -56,32 +49,8 @@ PROMPT_VERSION: Final = 1
 TEMPORAL_CLASSES: Final = ("static", "dynamic", "atemporal")
 _DETAIL_CHARS: Final = 200
 
-Outcome = Literal[
-    "ok", "rate_limited", "server_error", "client_error", "timeout", "unreachable", "malformed", "refused",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class ChatCall:
-    """One billable chat request, for the cost ledger. Never carries the text."""
-
-    provider: str
-    model: str
-    tokens_in: int
-    tokens_out: int
-    latency_ms: float
-    outcome: Outcome
-
-
-OnCall = Callable[[ChatCall], Awaitable[None] | None]
-
 
 # --------------------------------------------------------------------------- the contract
-
-
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    """A strict-mode object: every property required, nothing else allowed."""
-    return {"type": "object", "additionalProperties": False, "required": list(properties), "properties": properties}
 
 
 def _enum(values: tuple[str, ...]) -> dict[str, Any]:
@@ -92,21 +61,21 @@ _INT: Final = {"type": "integer"}
 _STR: Final = {"type": "string"}
 _NULLABLE_STR: Final = {"type": ["string", "null"]}
 
-CLAIMS_SCHEMA: Final[dict[str, Any]] = _object({
-    "dropped": {"type": "array", "items": _object({
+CLAIMS_SCHEMA: Final[dict[str, Any]] = strict_object({
+    "dropped": {"type": "array", "items": strict_object({
         "statement": _STR,
         "start": _INT,
         "end": _INT,
         "reason": _enum(SELECTION_DROP_REASONS),
     })},
-    "omitted": {"type": "array", "items": _object({
+    "omitted": {"type": "array", "items": strict_object({
         "statement": _STR,
         "start": _INT,
         "end": _INT,
         "reason": _enum(CLAIMIFY_OMIT_REASONS),
         "detail": _STR,
     })},
-    "claims": {"type": "array", "items": _object({
+    "claims": {"type": "array", "items": strict_object({
         "source_span": _STR,
         "start": _INT,
         "end": _INT,
@@ -114,7 +83,7 @@ CLAIMS_SCHEMA: Final[dict[str, Any]] = _object({
         "evidence": {"type": "array", "items": _STR},
         "is_attributed": {"type": "boolean"},
         "attributed_to": _NULLABLE_STR,
-        "edits": {"type": "array", "items": _object({"reason": _enum(DECONTEXT_REASONS), "detail": _STR})},
+        "edits": {"type": "array", "items": strict_object({"reason": _enum(DECONTEXT_REASONS), "detail": _STR})},
         "flags": {"type": "array", "items": _enum(KEEP_FLAG_REASONS)},
         "temporal_class": _enum(TEMPORAL_CLASSES),
         "valid_from": _NULLABLE_STR,
@@ -244,21 +213,18 @@ class OpenAIClaimProvider:
             raise ValueError("model is required")
         if timeout_s <= 0 or context_chars < 0 or header_chars < 0:
             raise ValueError("timeout_s must be positive, context_chars and header_chars not negative")
-        self.base_url = base_url.rstrip("/")
         self.model = model
         self.version = f"openai/{model}/{PROMPT_VERSION}"
-        self.timeout_s = timeout_s
-        self.on_call = on_call
         self.context_chars = context_chars
         self.header_chars = header_chars
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers, transport=transport)
+        self._chat = ChatEndpoint(base_url, api_key, model, provider=self.name, timeout_s=timeout_s,
+                                  on_call=on_call, transport=transport)
 
     def __repr__(self) -> str:  # never the key
-        return f"OpenAIClaimProvider(base_url={self.base_url!r}, model={self.model!r})"
+        return f"OpenAIClaimProvider(base_url={self._chat.base_url!r}, model={self.model!r})"
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._chat.aclose()
 
     async def __aenter__(self) -> OpenAIClaimProvider:
         return self
@@ -278,179 +244,15 @@ class OpenAIClaimProvider:
         }
 
     async def extract(self, item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
-        reply = await self._complete(self.request_body(item))
+        reply = await self._chat.complete(
+            self.request_body(item), _checked, what="claims",
+            refusal="the model refused to extract claims from this passage")
         return convert_reply(item, reply, context_chars=self.context_chars, header_chars=self.header_chars)
 
-    # ----------------------------------------------------------------- HTTP
 
-    async def _record(self, started: float, outcome: Outcome, tokens: tuple[int, int] = (0, 0)) -> None:
-        if self.on_call is None:
-            return
-        call = ChatCall(self.name, self.model, tokens[0], tokens[1],
-                        round((time.perf_counter() - started) * 1000, 3), outcome)
-        try:
-            result = self.on_call(call)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:  # the ledger must not turn a good extraction into a failure
-            log.exception("claim provider cost callback failed")
-
-    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The validated reply object, or a :class:`StageFailure`."""
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-                await response.aread()
-        except (TimeoutError, httpx.TimeoutException):
-            await self._record(started, "timeout")
-            raise StageFailure("provider_unavailable", f"chat request timed out after {self.timeout_s:g} s",
-                               permanent=False) from None
-        except httpx.HTTPError as exc:
-            await self._record(started, "unreachable")
-            raise StageFailure("provider_unavailable", f"chat endpoint unreachable: {type(exc).__name__}",
-                               permanent=False) from None
-
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
-            outcome: Outcome = "rate_limited" if status == 429 else "server_error"
-            await self._record(started, outcome)
-            raise StageFailure("provider_unavailable", f"chat endpoint answered HTTP {status}", permanent=False,
-                               retry_after_s=_retry_after(response))
-        if not 200 <= status < 300:
-            await self._record(started, "client_error")
-            detail = f"HTTP {status} {_error_message(response)}".rstrip()
-            raise StageFailure("provider_rejected", f"chat endpoint refused the request: {detail}", permanent=True)
-
-        try:
-            payload = response.json()
-        except ValueError:
-            await self._record(started, "malformed")
-            raise StageFailure("extraction_failed", "chat reply is not JSON", permanent=False) from None
-        tokens = _usage(payload)
-        try:
-            message = _message(payload)
-            if isinstance(message.get("refusal"), str) and message["refusal"]:
-                await self._record(started, "refused", tokens)
-                raise StageFailure("provider_rejected", "the model refused to extract claims from this passage",
-                                   permanent=True)
-            content = message.get("content")
-            if not isinstance(content, str):
-                raise _Malformed("the message has no text content")
-            try:
-                reply = json.loads(content)
-            except ValueError:
-                raise _Malformed("the message content is not JSON") from None
-            _validate(reply, CLAIMS_SCHEMA, "$")
-        except _Malformed as exc:
-            await self._record(started, "malformed", tokens)
-            raise StageFailure("extraction_failed", f"malformed claims reply: {exc}", permanent=False) from None
-        await self._record(started, "ok", tokens)
-        return reply
-
-
-class _Malformed(Exception):
-    pass
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw_ms = response.headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])[:200]
-    except Exception:
-        return ""
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _usage(payload: Any) -> tuple[int, int]:
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return 0, 0
-    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-
-
-def _message(payload: Any) -> dict[str, Any]:
-    choices = payload.get("choices") if isinstance(payload, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Malformed("no 'choices'")
-    choice = choices[0]
-    if choice.get("finish_reason") == "length":
-        raise _Malformed("the reply was cut off (finish_reason=length)")
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise _Malformed("no 'message' in the first choice")
-    return message
-
-
-def _validate(value: Any, schema: dict[str, Any], path: str) -> None:
-    """Check ``value`` against the subset of JSON Schema that :data:`CLAIMS_SCHEMA` uses."""
-    if "anyOf" in schema:
-        for option in schema["anyOf"]:
-            try:
-                _validate(value, option, path)
-                return
-            except _Malformed:
-                continue
-        raise _Malformed(f"{path} matches none of the allowed shapes")
-    types = schema["type"]
-    allowed: list[str] = types if isinstance(types, list) else [types]
-    if not any(_is_type(value, t) for t in allowed):
-        raise _Malformed(f"{path} should be {' or '.join(allowed)}, got {type(value).__name__}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise _Malformed(f"{path} is {value!r}, not one of the allowed values")
-    if isinstance(value, dict) and "properties" in schema:
-        missing = [key for key in schema["required"] if key not in value]
-        if missing:
-            raise _Malformed(f"{path} lacks {', '.join(missing)}")
-        for key, sub in schema["properties"].items():
-            _validate(value[key], sub, f"{path}.{key}")
-    if isinstance(value, list) and "items" in schema:
-        for index, element in enumerate(value):
-            _validate(element, schema["items"], f"{path}[{index}]")
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "null":
-        return value is None
-    return False
-
-
-# --------------------------------------------------------------------------- reply → drafts
+def _checked(reply: Any) -> dict[str, Any]:
+    _validate(reply, CLAIMS_SCHEMA, "$")
+    return reply  # type: ignore[no-any-return]
 
 
 def _passage_bounds(item: ExtractionInput) -> tuple[int, int]:

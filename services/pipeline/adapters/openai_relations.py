@@ -25,7 +25,7 @@ observation on the holder's stance, never a fact about what the holder talked ab
 HTTP failures follow the claim provider: 408/429/5xx, timeouts and connection errors are
 ``provider_unavailable`` (retryable, with Retry-After), other 4xx and refusals are
 ``provider_rejected`` (permanent). Each HTTP call is reported as a
-:class:`~services.pipeline.adapters.openai_claims.ChatCall` (tokens, latency, outcome; never
+:class:`~services.pipeline.adapters.openai_chat.ChatCall` (tokens, latency, outcome; never
 the text) to an optional ``on_call`` callback, for the cost ledger.
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.pipeline.adapters.openai_claims import ChatCall
+from services.pipeline.adapters.openai_chat import ChatCall
 from services.pipeline.adapters.openai_relations import OpenAIRelationProvider, assertions_schema
 from services.pipeline.domain.facts import CORE_PREDICATES, WORK_PACK, AssertionDraft, ClaimView, RelationProvider
 from services.pipeline.domain.work import StageFailure
