@@ -82,7 +82,10 @@ class Database:
             timeout=connect_timeout_s,
             command_timeout=query_timeout_s,
             init=_init_connection,
-            server_settings={"application_name": application_name},
+            # The ACL predicates read "$n IS NULL OR acl && $n": a generic plan (which PostgreSQL
+            # may pick for a prepared statement after five runs) cannot drop the branch that
+            # does not apply and scans every space's documents (213 ms vs 26 ms measured).
+            server_settings={"application_name": application_name, "plan_cache_mode": "force_custom_plan"},
         )
         assert pool is not None
         return cls(pool, query_timeout_s=query_timeout_s)
