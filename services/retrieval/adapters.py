@@ -71,7 +71,7 @@ class SearchLegs:
     facts and entity profiles, each returning ids in rank order."""
 
     def __init__(self) -> None:
-        self._eligible: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int, int]] = {}
+        self._counts: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int, int]] = {}
         # The plans of recent searches (exact | hnsw), bounded: benchmarks and operators read it.
         self.plans: deque[str] = deque(maxlen=1000)
 
@@ -79,7 +79,7 @@ class SearchLegs:
         """How many embedded rows the caller may see, and how many the space holds (cached
         briefly): decides exact scan vs index, and how hard the index must search."""
         key = (kind, caller.space_id, tuple(sorted(caller.principals)) if caller.principals is not None else None)
-        cached = self._eligible.get(key)
+        cached = self._counts.get(key)
         if cached and time.monotonic() - cached[0] < 30:
             return cached[1], cached[2]
         t = _TARGETS[kind]
@@ -88,7 +88,7 @@ class SearchLegs:
             f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL",
             caller.space_id, principals(caller))
         visible, total = int(row["visible"]), int(row["total"])
-        self._eligible[key] = (time.monotonic(), visible, total)
+        self._counts[key] = (time.monotonic(), visible, total)
         return visible, total
 
     async def eligible(self, conn: asyncpg.Connection, kind: str, caller: Caller) -> int:

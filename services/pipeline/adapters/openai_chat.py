@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import httpx
 
@@ -126,6 +126,12 @@ class ChatEndpoint:
 
     def __init__(self, base_url: str, api_key: str, model: str, *, provider: str, timeout_s: float,
                  on_call: OnCall | None, transport: httpx.AsyncBaseTransport | None) -> None:
+        if not base_url:
+            raise ValueError("base_url is required")
+        if not model:
+            raise ValueError("model is required")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.provider = provider
@@ -201,3 +207,28 @@ class ChatEndpoint:
             raise StageFailure("extraction_failed", f"malformed {what} reply: {exc}", permanent=False) from None
         await self._record(started, "ok", tokens)
         return checked
+
+
+class ChatProvider:
+    """What the model-backed providers share: one :class:`ChatEndpoint`, closed with them,
+    and a representation that never shows the key."""
+
+    name: str = "openai"
+
+    def __init__(self, base_url: str, api_key: str, model: str, *, timeout_s: float, on_call: OnCall | None,
+                 transport: httpx.AsyncBaseTransport | None) -> None:
+        self.model = model
+        self._chat = ChatEndpoint(base_url, api_key, model, provider=self.name, timeout_s=timeout_s,
+                                  on_call=on_call, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self._chat.base_url!r}, model={self.model!r})"
+
+    async def aclose(self) -> None:
+        await self._chat.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import httpx
 
-from services.pipeline.adapters.openai_chat import ChatCall, ChatEndpoint, OnCall, _validate, strict_object
+from services.pipeline.adapters.openai_chat import ChatCall, ChatProvider, OnCall, _validate, strict_object
 from services.pipeline.domain import timeparse
 from services.pipeline.domain.claims import (
     CLAIMIFY_OMIT_REASONS,
@@ -190,10 +190,8 @@ def build_messages(item: ExtractionInput, *, context_chars: int = 1500,
 # --------------------------------------------------------------------------- the provider
 
 
-class OpenAIClaimProvider:
+class OpenAIClaimProvider(ChatProvider):
     """Claim extraction by any server that speaks the OpenAI ``POST /chat/completions`` API."""
-
-    name: str = "openai"
 
     def __init__(
         self,
@@ -207,30 +205,12 @@ class OpenAIClaimProvider:
         context_chars: int = 1500,
         header_chars: int = 600,
     ) -> None:
-        if not base_url:
-            raise ValueError("base_url is required")
-        if not model:
-            raise ValueError("model is required")
-        if timeout_s <= 0 or context_chars < 0 or header_chars < 0:
-            raise ValueError("timeout_s must be positive, context_chars and header_chars not negative")
-        self.model = model
+        if context_chars < 0 or header_chars < 0:
+            raise ValueError("context_chars and header_chars must not be negative")
+        super().__init__(base_url, api_key, model, timeout_s=timeout_s, on_call=on_call, transport=transport)
         self.version = f"openai/{model}/{PROMPT_VERSION}"
         self.context_chars = context_chars
         self.header_chars = header_chars
-        self._chat = ChatEndpoint(base_url, api_key, model, provider=self.name, timeout_s=timeout_s,
-                                  on_call=on_call, transport=transport)
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIClaimProvider(base_url={self._chat.base_url!r}, model={self.model!r})"
-
-    async def aclose(self) -> None:
-        await self._chat.aclose()
-
-    async def __aenter__(self) -> OpenAIClaimProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def request_body(self, item: ExtractionInput) -> dict[str, Any]:
         return {

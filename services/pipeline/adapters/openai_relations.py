@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import httpx
 
-from services.pipeline.adapters.openai_chat import ChatEndpoint, OnCall, _Malformed, _validate, strict_object
+from services.pipeline.adapters.openai_chat import ChatProvider, OnCall, _Malformed, _validate, strict_object
 from services.pipeline.domain.facts import (
     CORE_PREDICATES,
     WORK_PACK,
@@ -165,10 +165,8 @@ def build_messages(claims: Sequence[ClaimView], known_aliases: Iterable[str]) ->
 Result = tuple[list[AssertionDraft], str | None]
 
 
-class OpenAIRelationProvider:
+class OpenAIRelationProvider(ChatProvider):
     """Relation normalisation by any server that speaks the OpenAI ``POST /chat/completions`` API."""
-
-    name: str = "openai"
 
     def __init__(
         self,
@@ -181,31 +179,11 @@ class OpenAIRelationProvider:
         on_call: OnCall | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not base_url:
-            raise ValueError("base_url is required")
-        if not model:
-            raise ValueError("model is required")
-        if timeout_s <= 0 or batch_size < 1:
-            raise ValueError("timeout_s and batch_size must be positive")
-        self.base_url = base_url.rstrip("/")
-        self.model = model
+        if batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        super().__init__(base_url, api_key, model, timeout_s=timeout_s, on_call=on_call, transport=transport)
         self.version = f"openai-normalizer/{model}/{PROMPT_VERSION}"
-        self.timeout_s = timeout_s
         self.batch_size = batch_size
-        self._chat = ChatEndpoint(base_url, api_key, model, provider=self.name, timeout_s=timeout_s,
-                                  on_call=on_call, transport=transport)
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIRelationProvider(base_url={self.base_url!r}, model={self.model!r})"
-
-    async def aclose(self) -> None:
-        await self._chat.aclose()
-
-    async def __aenter__(self) -> OpenAIRelationProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def request_body(self, claims: Sequence[ClaimView], known_aliases: Iterable[str]) -> dict[str, Any]:
         return {
