@@ -114,10 +114,13 @@ def _cmd_ops(args: argparse.Namespace) -> int:
                                                    for k, v in dict(r).items()} for r in rows]}
             if args.ops_command == "replay":
                 not_before = dt.datetime.fromisoformat(args.not_before) if args.not_before else None
-                row = await queue.replay(uuid.UUID(args.work_id), attempts=args.attempts, not_before=not_before,
-                                         space_id=None)
+                replay = await queue.replay(uuid.UUID(args.work_id), attempts=args.attempts, not_before=not_before,
+                                            space_id=None)
+                row = replay.row
                 if row is None:
-                    raise SystemExit(f"testament ops replay: no dead-lettered work unit {args.work_id}")
+                    why = {"unknown": "no such work unit", "not_dead_letter": "it is not dead-lettered",
+                           "version_deleted": "its document was deleted"}[replay.outcome]
+                    raise SystemExit(f"testament ops replay: cannot replay {args.work_id}: {why}")
                 return {"work_id": str(row["work_id"]), "stage": row["stage"], "max_attempts": row["max_attempts"],
                         "not_before": row["not_before"].isoformat()}
             if args.ops_command == "reextract":
@@ -156,8 +159,8 @@ def _cmd_ops_merges(args: argparse.Namespace) -> int:
             proposal_id = uuid.UUID(args.proposal_id)
             change = merges.apply if args.merges_command == "apply" else merges.revert
             try:
-                async with db.transaction() as conn:
-                    return 0, await change(conn, proposal_id)
+                return 0, await db.unit_of_work(lambda conn: change(conn, proposal_id),
+                                                what=f"merges {args.merges_command}")
             except merges.MergeRefused as exc:
                 return 1, {"proposal_id": str(proposal_id), "refused": exc.reason, "detail": exc.detail}
         finally:

@@ -90,6 +90,9 @@ class Stack:
         env = self._env(ports)
         for name in SERVICE_NAMES:
             self._spawn(name, ports[name], env)
+        # More pipeline workers share the queue; the gateway talks to the first one.
+        for port in free_ports(self.settings.pipeline_processes - 1, self.settings.host):
+            self._spawn("pipeline", port, {**env, "TESTAMENT_PIPELINE_PORT": str(port)})
         self._spawn(GATEWAY, ports[GATEWAY], env)
 
     async def _healthy(self, child: Child) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -112,3 +113,27 @@ def run_gateway(dsn: str, tmp: Path, *, extra_env: dict[str, str] | None = None,
         yield handle
     finally:
         handle.stop()
+
+
+# A small cast and set of things that many generated documents share, so fact stages of
+# different documents resolve to the same entities and touch the same facts.
+PEOPLE = ("Ravi Shanker", "Dana Kim", "Priya Nair", "Tomas Berg", "Lena Park", "Kofi Mensah")
+THINGS = ("the exporter module", "the billing dashboard", "the ledger service", "the search index",
+          "the payments project", "the release checklist")
+MONTHS = ("January", "February", "March", "April", "May", "June")
+
+
+def shared_entity_document(rng: random.Random) -> str:
+    """A short Markdown note of statements about the shared cast (shapes the rules
+    extractor reads), different on every call."""
+    lines = [f"# Notes {rng.randrange(10_000)}", ""]
+    for _ in range(rng.randint(2, 5)):
+        person, other, thing = rng.choice(PEOPLE), rng.choice(PEOPLE), rng.choice(THINGS)
+        lines.append(rng.choice((
+            f"{person} owns {thing}.",
+            f"{person} reports to {other}." if person != other else f"{person} uses {thing}.",
+            f"{person} uses {thing}.",
+            f"{person} has been on {thing} since {rng.choice(MONTHS)} 2026.",
+        )))
+        lines.append("")
+    return "\n".join(lines)

@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.ingest.app import Deletion, DocumentRow, Recorded
 from services.ingest.domain import IngestCommand, ListQuery, WorkState
+from services.platform import locks
 from services.platform.auth import Caller
 from services.platform.db import Database
 from services.platform.errors import SCOPE_TOO_NARROW, PermissionDenied
@@ -51,8 +52,15 @@ async def retire_claims(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: u
                                                       reason, from_version_id)
                VALUES ($1, $2, $3, $4, false, 'version_deleted', $5)""",
             [(space_id, r["claim_id"], doc_id, reconciliation, r["version_id"]) for r in rows])
-    facts = await facts_of_claims(conn, [r["claim_id"] for r in rows])
-    relations, observations = await refresh_support(conn, space_id, facts, retract=True)
+    facts = set(await facts_of_claims(conn, [r["claim_id"] for r in rows]))
+    # Facts the document backed through claims that were no longer current (a re-extraction
+    # withdrew them) lose their source too, unless another live document still backs them.
+    facts.update(r[0] for r in await conn.fetch(
+        """SELECT DISTINCT e.fact_id FROM fact_evidence e
+            WHERE e.doc_id = $1 AND NOT EXISTS (
+                  SELECT 1 FROM fact_evidence o JOIN documents d ON d.doc_id = o.doc_id
+                   WHERE o.fact_id = e.fact_id AND o.stance = 'supports' AND d.deleted_at IS NULL)""", doc_id))
+    relations, observations = await refresh_support(conn, space_id, sorted(facts), retract=True)
     return len(rows), relations, observations
 
 
@@ -65,10 +73,12 @@ class PgIngestRepository:
                             key: str, routes: Mapping[str, str]) -> Recorded:
         space = caller.space_id
         doc_id = command.doc_id(space, content_hash)
-        async with self.db.transaction() as conn:
-            # Held to commit: a failed upload's clean-up of the same object waits for us.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
-            mime = await self._content_object(conn, space, content_hash, size, key, command.mime, routes)
+
+        async def body(conn: asyncpg.Connection) -> Recorded:
+            # Lock order (services/platform/locks.py): object key, document, version. The key
+            # is held to commit: a failed upload's clean-up of the same object waits for us.
+            await locks.lock_object_key(conn, key)
+            mime, release = await self._content_object(conn, space, content_hash, size, key, command.mime, routes)
             await conn.execute(
                 """INSERT INTO documents (doc_id, space_id, source_kind, source_ref, identity_hash, title,
                                           versioning_mode, acl)
@@ -77,11 +87,10 @@ class PgIngestRepository:
                 command.title, command.versioning_mode, list(command.acl),
             )
             # The row lock serialises concurrent ingests (and a running delete) of one document.
-            doc = await conn.fetchrow(
-                "SELECT title, versioning_mode, acl, deleted_at FROM documents WHERE doc_id = $1 FOR UPDATE",
-                doc_id,
-            )
+            doc = await locks.lock_document(conn, doc_id)
             assert doc is not None
+            if release:
+                await self._release_parked(conn, space, content_hash)
             acl = set(doc["acl"])
             if caller.principals is not None and acl and not (acl & caller.principals):
                 raise PermissionDenied(SCOPE_TOO_NARROW, reason="DOCUMENT_NOT_VISIBLE")
@@ -124,10 +133,13 @@ class PgIngestRepository:
             )
             return Recorded(space, doc_id, version_id, True, mime, doc["title"], doc["versioning_mode"], not routed)
 
+        return await self.db.unit_of_work(body, what="record an upload")
+
     async def _content_object(self, conn: asyncpg.Connection, space: uuid.UUID, content_hash: str, size: int,
-                              key: str, mime: str, routes: Mapping[str, str]) -> str:
+                              key: str, mime: str, routes: Mapping[str, str]) -> tuple[str, bool]:
         """The MIME in force for these bytes: first write wins, except that a routable type
-        replaces an unroutable one and releases every parked conversion of the bytes."""
+        replaces an unroutable one, and then every parked conversion of the bytes is to be
+        released (the second value; done after the document is locked, keeping lock order)."""
         row = await conn.fetchrow(
             """INSERT INTO content_objects (space_id, content_hash, byte_size, mime, object_key)
                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (space_id, content_hash) DO NOTHING
@@ -135,7 +147,7 @@ class PgIngestRepository:
             space, content_hash, size, mime, key,
         )
         if row is not None:
-            return mime
+            return mime, False
         stored = await conn.fetchval(
             "SELECT mime FROM content_objects WHERE space_id = $1 AND content_hash = $2 FOR UPDATE",
             space, content_hash,
@@ -143,25 +155,30 @@ class PgIngestRepository:
         if stored not in routes and mime in routes:
             await conn.execute("UPDATE content_objects SET mime = $3 WHERE space_id = $1 AND content_hash = $2",
                                space, content_hash, mime)
-            await conn.execute(
-                """UPDATE work_units SET defer_reason = NULL, not_before = clock_timestamp(),
-                                         updated_at = clock_timestamp()
-                    WHERE stage = $3 AND status = 'pending' AND defer_reason = 'no_route'
-                      AND version_id IN (SELECT version_id FROM document_versions
-                                          WHERE space_id = $1 AND content_hash = $2)""",
-                space, content_hash, FIRST_STAGE,
-            )
-            return mime
-        return str(stored)
+            return mime, True
+        return str(stored), False
+
+    @staticmethod
+    async def _release_parked(conn: asyncpg.Connection, space: uuid.UUID, content_hash: str) -> None:
+        await conn.execute(
+            """UPDATE work_units SET defer_reason = NULL, not_before = clock_timestamp(),
+                                     updated_at = clock_timestamp()
+                WHERE stage = $3 AND status = 'pending' AND defer_reason = 'no_route'
+                  AND version_id IN (SELECT version_id FROM document_versions
+                                      WHERE space_id = $1 AND content_hash = $2)""",
+            space, content_hash, FIRST_STAGE,
+        )
 
     async def delete_unreferenced(self, key: str, delete: Callable[[str], Awaitable[None]]) -> None:
         """Remove an object this upload created if no content row (of any space) refers to it,
         under the same lock recording takes, so a concurrent upload of the bytes is never
         left pointing at nothing."""
-        async with self.db.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        async def body(conn: asyncpg.Connection) -> None:
+            await locks.lock_object_key(conn, key)
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM content_objects WHERE object_key = $1)", key):
                 await delete(key)
+
+        await self.db.unit_of_work(body, what="clean up an unreferenced object")
 
     async def list_documents(self, caller: Caller, query: ListQuery) -> list[DocumentRow]:
         after_ts, after_id = query.after if query.after else (None, None)
@@ -185,21 +202,33 @@ class PgIngestRepository:
         return [DocumentRow(**dict(r)) for r in rows]
 
     async def delete_document(self, caller: Caller, doc_id: uuid.UUID) -> Deletion | None:
-        async with self.db.transaction() as conn:
-            doc = await conn.fetchrow(
-                f"""SELECT d.doc_id FROM documents d
-                     WHERE d.doc_id = $3 AND d.space_id = $1 AND d.deleted_at IS NULL AND {VISIBLE}
-                     FOR UPDATE""",
+        """Deletion wins over processing: in the lock order (space, document, versions) it
+        waits for stages of the document's versions that are committing, retracts what they
+        wrote, and every stage still running finds its version deleted and ends ``skipped``."""
+
+        async def body(conn: asyncpg.Connection) -> Deletion | None:
+            # Facts lose support below: the space lock first, as every fact writer takes it.
+            await locks.lock_space(conn, caller.space_id)
+            visible = await conn.fetchval(
+                f"""SELECT EXISTS (SELECT 1 FROM documents d
+                     WHERE d.doc_id = $3 AND d.space_id = $1 AND d.deleted_at IS NULL AND {VISIBLE})""",
                 caller.space_id, _principals(caller), doc_id,
             )
-            if doc is None:
+            if not visible:
                 return None
+            doc = await locks.lock_document(conn, doc_id)
+            if doc is None or doc["deleted_at"] is not None:
+                return None  # a concurrent delete got there first
+            live = [r["version_id"] for r in await conn.fetch(
+                "SELECT version_id FROM document_versions WHERE doc_id = $1 AND deleted_at IS NULL", doc_id)]
+            await locks.lock_versions(conn, live)
             deleted_at = await conn.fetchval(
                 "UPDATE documents SET deleted_at = clock_timestamp() WHERE doc_id = $1 RETURNING deleted_at", doc_id)
             versions = [r["version_id"] for r in await conn.fetch(
                 """UPDATE document_versions SET deleted_at = $2, status = 'deleted'
                     WHERE doc_id = $1 AND deleted_at IS NULL RETURNING version_id""", doc_id, deleted_at)]
-            # Queued work of deleted versions will never publish: close it.
+            # Queued work of deleted versions will never publish: close it. Running units
+            # find the version deleted when they complete.
             await conn.execute(
                 """UPDATE work_units SET status = 'skipped', last_error = 'version deleted',
                                          finished_at = $2, updated_at = $2, lease_owner = NULL
@@ -211,6 +240,8 @@ class PgIngestRepository:
                 counts = await hook(conn, caller.space_id, doc_id, versions)
                 totals = [a + b for a, b in zip(totals, counts, strict=True)]
             return Deletion(doc_id, deleted_at, *totals)
+
+        return await self.db.unit_of_work(body, what="delete a document")
 
     async def work_states(self, caller: Caller, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID,
                                                                                           list[WorkState]]:

@@ -19,8 +19,11 @@ from services.ingest.domain import parse_uuid
 from services.pipeline.adapters.queue import PgQueue
 from services.platform.auth import require_caller
 from services.platform.db import Database
-from services.platform.errors import BadRequest, FieldViolation, NotFound, ValidationFailed
+from services.platform.errors import BadRequest, Conflict, FieldViolation, NotFound, ValidationFailed
 from services.platform.wire import timestamp
+
+# ReplayDeadLetterRequest.attempts: 1-10 (the contract).
+MAX_REPLAY_ATTEMPTS = 10
 
 _STATUS = {"pending": stage_pb2.STAGE_STATUS_PENDING, "running": stage_pb2.STAGE_STATUS_RUNNING,
            "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED, "failed": stage_pb2.STAGE_STATUS_FAILED,
@@ -92,13 +95,23 @@ class PipelineServicer:
         caller = require_caller()
         work_id = parse_uuid("work_unit_id", request.work_unit_id)
         attempts = request.attempts if request.HasField("attempts") else None
-        if attempts is not None and attempts < 1:
-            raise ValidationFailed([FieldViolation("attempts", "Input should be at least 1", "greater_than_equal",
-                                                   attempts, {"ge": 1})])
+        if attempts is not None and not 1 <= attempts <= MAX_REPLAY_ATTEMPTS:
+            bound = ("greater_than_equal", "at least 1", {"ge": 1}) if attempts < 1 else (
+                "less_than_equal", f"at most {MAX_REPLAY_ATTEMPTS}", {"le": MAX_REPLAY_ATTEMPTS})
+            raise ValidationFailed([FieldViolation("attempts", f"Input should be {bound[1]}", bound[0], attempts,
+                                                   bound[2])])
         not_before = request.not_before.ToDatetime(dt.UTC) if request.HasField("not_before") else None
-        row = await self.queue.replay(work_id, attempts=attempts, not_before=not_before, space_id=caller.space_id)
-        if row is None:
-            raise NotFound("no dead-lettered work unit with that id", reason="DEAD_LETTER_NOT_FOUND")
+        replay = await self.queue.replay(work_id, attempts=attempts, not_before=not_before, space_id=caller.space_id)
+        if replay.outcome == "unknown":
+            raise NotFound("no work unit with that id", reason="WORK_UNIT_NOT_FOUND")
+        if replay.outcome == "version_deleted":
+            raise Conflict("the work unit's document was deleted; there is nothing to replay",
+                           reason="VERSION_DELETED")
+        if replay.outcome == "not_dead_letter":
+            raise Conflict("the work unit is not dead-lettered (already replayed or finished)",
+                           reason="NOT_DEAD_LETTER")
+        row = replay.row
+        assert row is not None
         return pipeline_pb2.ReplayDeadLetterResponse(work_unit_id=str(row["work_id"]),
                                                      status=stage_pb2.STAGE_STATUS_PENDING,
                                                      attempts=row["max_attempts"],

@@ -393,8 +393,7 @@ class Worker:
                 await self.queue.park(unit, result.reason)
                 outcome = f"{result.reason}_parked"
             else:
-                await self.queue.complete(unit, result.write, skipped_note=result.skipped_note)
-                outcome = "skipped" if result.skipped_note else "succeeded"
+                outcome = await self.queue.complete(unit, result.write, skipped_note=result.skipped_note)
         except LeaseLost as exc:
             outcome, error = "lease_lost", str(exc)
         except StageFailure as exc:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import AsyncIterator, Sequence
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from pgvector.asyncpg import register_vector
+
+from services.platform import telemetry
 
 # Absolute loop time by which the current request must be answered (None = no deadline).
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -29,6 +32,23 @@ _MIN_QUERY_TIMEOUT_S = 0.05
 
 class DeadlineSpent(Exception):
     """The caller's deadline has passed before the query could start."""
+
+
+# A deadlock or a serialization failure aborts the whole transaction, and running the same
+# unit again is the documented remedy; anything else is not retried here.
+TRANSIENT = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
+class TransientConflict(Exception):
+    """A unit of work kept meeting deadlocks or serialization failures after every retry."""
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        super().__init__(f"gave up after {attempts} attempts: {type(last).__name__}: {last}")
+        self.attempts = attempts
+        self.last = last
+
+
+T = TypeVar("T")
 
 
 def remaining_timeout(default_s: float) -> float:
@@ -63,6 +83,8 @@ class Database:
     def __init__(self, pool: asyncpg.Pool, *, query_timeout_s: float) -> None:
         self._pool = pool
         self.query_timeout_s = query_timeout_s
+        # Transactions rolled back and run again after a deadlock or serialization failure.
+        self.transient_retries = 0
 
     @classmethod
     async def connect(
@@ -110,6 +132,33 @@ class Database:
             isolation=isolation, readonly=readonly
         ):
             yield conn
+
+    async def unit_of_work(self, body: Callable[[asyncpg.Connection], Awaitable[T]], *, what: str,
+                           attempts: int = 6, base_s: float = 0.02, max_s: float = 0.5,
+                           isolation: str = "read_committed") -> T:
+        """Run ``body`` in one transaction; on a deadlock or serialization failure roll all of
+        it back and run it again after a jittered exponential pause, at most ``attempts``
+        times and never past the request deadline. ``body`` must be safe to run again: it
+        may only change the database (through ``conn``), never state outside it.
+
+        Raises :class:`TransientConflict` when every attempt failed."""
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.transaction(isolation=isolation) as conn:
+                    return await body(conn)
+            except TRANSIENT as exc:
+                pause = random.uniform(0, min(max_s, base_s * 2 ** (attempt - 1)))
+                deadline = request_deadline.get()
+                out_of_time = deadline is not None and (
+                    deadline - asyncio.get_running_loop().time() < pause + _MIN_QUERY_TIMEOUT_S)
+                telemetry.access_log("db.transient_retry" if attempt < attempts and not out_of_time
+                                     else "db.transient_gave_up", unit=what, attempt=attempt,
+                                     error=type(exc).__name__)
+                if attempt == attempts or out_of_time:
+                    raise TransientConflict(attempt, exc) from exc
+                self.transient_retries += 1
+                await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         return await self._pool.fetch(sql, *args, timeout=self.timeout())

@@ -20,6 +20,7 @@ class Code(Enum):
     NOT_FOUND = "NOT_FOUND"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
@@ -105,6 +106,14 @@ class Conflict(TestamentError):
     code = Code.FAILED_PRECONDITION
     http_status = 409
     reason = "CONFLICT"
+
+
+class Aborted(TestamentError):
+    """A concurrent write won: nothing was changed, and the same request may be sent again."""
+
+    code = Code.ABORTED
+    http_status = 409
+    reason = "ABORTED"
 
 
 class PermissionDenied(TestamentError):

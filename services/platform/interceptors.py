@@ -26,8 +26,9 @@ from opentelemetry import trace
 from services.platform import telemetry
 from services.platform.auth import Authenticator, current_caller
 from services.platform.contract import method_scope
-from services.platform.db import DeadlineSpent, request_deadline
+from services.platform.db import DeadlineSpent, TransientConflict, request_deadline
 from services.platform.errors import (
+    Aborted,
     Code,
     DeadlineExceeded,
     FieldViolation,
@@ -203,6 +204,13 @@ def map_exception(exc: BaseException) -> status_pb2.Status:
         | OSError,
     ):
         return _status_for(Unavailable("the database is unavailable", reason="DB_UNAVAILABLE"))
+    if isinstance(exc, TransientConflict | asyncpg.DeadlockDetectedError | asyncpg.SerializationError):
+        return _status_for(Aborted(
+            "the write met concurrent writes on every attempt and changed nothing; send it again",
+            reason="TRANSACTION_CONFLICT", retry_after_s=1))
+    if isinstance(exc, asyncpg.TooManyConnectionsError):
+        return _status_for(Unavailable("the database has no free connection", reason="DB_UNAVAILABLE",
+                                       retry_after_s=1))
     if isinstance(exc, asyncpg.UniqueViolationError):
         return _status_for(
             TestamentError("conflicting write", reason="ALREADY_EXISTS", http_status=409)

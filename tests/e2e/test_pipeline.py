@@ -257,6 +257,44 @@ def test_dead_letters_are_listed_and_replayed_through_the_rpc_and_the_cli(stack:
     assert replay.returncode == 0 and json.loads(replay.stdout)["stage"] == "convert"
 
 
+def _refusal(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
+    from google.rpc import error_details_pb2, status_pb2
+
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    error = raised.value
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            info = error_details_pb2.ErrorInfo()
+            status_pb2.Status.FromString(value).details[0].Unpack(info)
+            return error.code(), info.reason
+    return error.code(), ""
+
+
+def test_replay_answers_the_documented_refusals(stack: Pipeline) -> None:
+    version = stack.upload(b"\xff still not utf-8 " + uuid.uuid4().hex.encode(), "bad3.md", source_kind="file",
+                           source_ref="bad3")
+    stack.wait(version.version_id)
+    with grpc.insecure_channel(stack.pipeline) as channel:
+        stub = pipeline_pb2_grpc.PipelineServiceStub(channel)
+        (dead,) = stub.ListDeadLetters(pipeline_pb2.ListDeadLettersRequest(version_id=version.version_id),
+                                       timeout=10).dead_letters
+
+        def replay(**extra: object):  # type: ignore[no-untyped-def]
+            return lambda: stub.ReplayDeadLetter(pipeline_pb2.ReplayDeadLetterRequest(
+                work_unit_id=dead.work_unit_id, **extra), timeout=10)
+
+        assert _refusal(replay(attempts=11))[0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert _refusal(replay(attempts=0))[0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert _refusal(lambda: stub.ReplayDeadLetter(pipeline_pb2.ReplayDeadLetterRequest(
+            work_unit_id=str(uuid.uuid4())), timeout=10)) == (grpc.StatusCode.NOT_FOUND, "WORK_UNIT_NOT_FOUND")
+        # deletion wins: a dead letter of a deleted document is not replayed
+        with grpc.insecure_channel(stack.ingest) as ingest:
+            ingest_pb2_grpc.IngestServiceStub(ingest).DeleteDocument(
+                ingest_pb2.DeleteDocumentRequest(doc_id=version.doc_id), timeout=10)
+        assert _refusal(replay()) == (grpc.StatusCode.FAILED_PRECONDITION, "VERSION_DELETED")
+
+
 def test_deleting_a_document_retires_its_claims_as_testimony(stack: Pipeline) -> None:
     version = stack.upload(b"# Notes\n\nRavi owns the payroll exporter.\n", "payroll.md", source_kind="file",
                            source_ref="payroll")

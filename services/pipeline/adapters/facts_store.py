@@ -1,8 +1,9 @@
 """Facts in PostgreSQL: the entity cascade, mentions and assertions, applying adjudication
 verdicts, reconciliation of testimony and support, labels and profiles.
 
-Every writer runs inside the unit's completion transaction under a per-space advisory
-lock, so two versions of one space never race to create the same entity or fact.
+Every writer runs inside the unit's completion transaction, which holds the space lock
+first (``SPACE_WIDE`` stages, services/platform/locks.py), so two versions of one space
+never race to create the same entity or fact.
 """
 
 from __future__ import annotations
@@ -45,10 +46,6 @@ T3_FLOOR = 0.15
 # Entities a merge redirected are read through their survivor (one hop: merges.apply
 # refuses chains).
 _LIVE = "coalesce(e.merged_into, e.entity_id)"
-
-
-async def lock_space(conn: asyncpg.Connection, space_id: uuid.UUID) -> None:
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7))", str(space_id))
 
 
 async def known_aliases(conn: Any, space_id: uuid.UUID, texts: Sequence[str]) -> frozenset[str]:
@@ -293,13 +290,17 @@ async def fact_views(conn: asyncpg.Connection, space_id: uuid.UUID, incoming: In
                      statement_key(r["statement"])) for r in rows]
 
 
+async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reason: str | None) -> None:
+    await conn.execute("UPDATE assertions SET adjudicated_at = clock_timestamp(), features = features || $2 "
+                       "WHERE assertion_id = $1", assertion_id, {"dropped": reason})
+
+
 async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Incoming, verdict: Verdict,
                 assertion_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID, label: str) -> uuid.UUID | None:
     """Write a verdict: the fact, its evidence, supersessions, groups and the transcript."""
     subject_kind = incoming.kind
     if verdict.outcome == "drop":
-        await conn.execute("UPDATE assertions SET adjudicated_at = clock_timestamp(), features = features || $2 "
-                           "WHERE assertion_id = $1", assertion_id, {"dropped": verdict.reason})
+        await drop_assertion(conn, assertion_id, verdict.reason)
         return None
     if verdict.outcome in ("noop", "update", "contradict_evidence"):
         assert verdict.target is not None

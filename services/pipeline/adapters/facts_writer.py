@@ -54,7 +54,6 @@ class FactsWriter:
     async def normalize(self, conn: asyncpg.Connection, source: VersionSource,
                         drafted: list[tuple[Any, list[Any], str | None]],
                         context_vector: dict[str, list[float]] | None = None) -> None:
-        await fs.lock_space(conn, source.space_id)
         cache: dict[str, Any] = {}
         for claim, drafts, reason in drafted:
             view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
@@ -107,10 +106,9 @@ class FactsWriter:
                 None if written else (reason or "unknown_predicate"))
 
     async def adjudicate(self, conn: asyncpg.Connection, source: VersionSource, *, floor: float) -> None:
-        await fs.lock_space(conn, source.space_id)
         rows = await conn.fetch(
             """SELECT a.assertion_id, a.claim_id, a.kind, a.predicate, a.statement, a.valid_from, a.valid_until,
-                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id,
+                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id, c.is_current_testimony,
                       sm.resolved_entity_id AS subject_id, se.canonical_name AS subject_name,
                       om.resolved_entity_id AS object_id, oe.canonical_name AS object_name
                  FROM assertions a
@@ -122,6 +120,11 @@ class FactsWriter:
                 WHERE a.version_id = $1 AND a.adjudicated_at IS NULL
                 ORDER BY c.char_start, a.claim_id, a.ordinal""", source.version_id)
         for r in rows:
+            if not r["is_current_testimony"]:
+                # A later version (living mode) or a deletion retired the claim before its
+                # turn came: the source no longer says it, so it makes or supports no fact.
+                await fs.drop_assertion(conn, r["assertion_id"], "claim_no_longer_current")
+                continue
             features = r["features"] or {}
             window = fs.Window(r["valid_from"], r["valid_until"], r["valid_precision"])
             subject_key = normalize_name(r["subject_name"])
@@ -143,7 +146,6 @@ class FactsWriter:
 
     async def settle_counts(self, conn: asyncpg.Connection, source: VersionSource) -> None:
         """Evidence counts of every fact this version touched (including the facts it closed)."""
-        await fs.lock_space(conn, source.space_id)
         touched = [r[0] for r in await conn.fetch(
             """SELECT DISTINCT e.fact_id FROM fact_evidence e JOIN claim_occurrences o ON o.claim_id = e.claim_id
                 WHERE o.version_id = $1
@@ -161,7 +163,6 @@ class FactsWriter:
         this version that the new reading did not derive again stop being current
         (``reextracted``); a fact left without support is then only *withdrawn*: the source
         did not change, only the reading did, so it is flagged and still returned."""
-        await fs.lock_space(conn, source.space_id)
         if reextracted_by is not None:
             retired = await fs.retire_reextracted(conn, source.space_id, source.doc_id, source.version_id,
                                                   reextracted_by)

@@ -34,6 +34,7 @@ import asyncpg
 import numpy as np
 
 from services.pipeline.domain.entities import names_compatible
+from services.platform.locks import lock_space
 
 MERGE_MAX_FACTS = 50  # facts (subject or object) of the absorbed entity above which apply refuses
 MERGE_GROUP_MAX = 6  # a group larger than this is suspicious: nothing is proposed
@@ -199,12 +200,13 @@ async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequenc
 # --------------------------------------------------------------------------------------
 
 async def _proposal(conn: asyncpg.Connection, proposal_id: uuid.UUID) -> asyncpg.Record:
-    row = await conn.fetchrow("SELECT * FROM merge_proposals WHERE proposal_id = $1 FOR UPDATE", proposal_id)
-    if row is None:
+    """The proposal, locked, after its space (the lock order of services/platform/locks.py)."""
+    space_id = await conn.fetchval("SELECT space_id FROM merge_proposals WHERE proposal_id = $1", proposal_id)
+    if space_id is None:
         raise MergeRefused("unknown_proposal", f"no merge proposal {proposal_id}")
-    from services.pipeline.adapters.facts_store import lock_space
-
-    await lock_space(conn, row["space_id"])
+    await lock_space(conn, space_id)
+    row = await conn.fetchrow("SELECT * FROM merge_proposals WHERE proposal_id = $1 FOR UPDATE", proposal_id)
+    assert row is not None  # proposals are never deleted
     return row
 
 
@@ -216,7 +218,7 @@ async def apply(conn: asyncpg.Connection, proposal_id: uuid.UUID, *,
         raise MergeRefused("not_applicable", f"the proposal is {p['status']}")
     survivor, absorbed = p["survivor_id"], p["absorbed_id"]
     sides = {r["entity_id"]: r["merged_into"] for r in await conn.fetch(
-        "SELECT entity_id, merged_into FROM entities WHERE entity_id = ANY($1::uuid[]) FOR UPDATE",
+        "SELECT entity_id, merged_into FROM entities WHERE entity_id = ANY($1::uuid[]) ORDER BY entity_id FOR UPDATE",
         [survivor, absorbed])}
     for side, entity in (("survivor", survivor), ("absorbed", absorbed)):
         if sides.get(entity) is not None:

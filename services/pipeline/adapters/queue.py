@@ -22,15 +22,30 @@ import asyncpg
 from services.pipeline.domain.work import (
     FAILURE_SENTENCES,
     PER_CHUNK,
+    SPACE_WIDE,
     Unit,
     backoff_s,
     generation_suffix,
     successors,
 )
+from services.platform import locks
 from services.platform.db import Database
 from services.platform.stages import COMPONENT_VERSION
 
 CHANNEL = "testament_work"
+
+
+# Why a unit of a deleted version finished without writing anything.
+VERSION_DELETED = "version deleted"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a replay did: ``replayed`` (with the unit's new row), ``unknown``,
+    ``not_dead_letter`` or ``version_deleted``."""
+
+    outcome: str
+    row: asyncpg.Record | None = None
 
 
 class LeaseLost(Exception):
@@ -89,18 +104,29 @@ class PgQueue:
     async def _bury_poison(self) -> None:
         """A unit whose worker died on every attempt (its lease expired with no failure
         recorded) would otherwise be reclaimed forever and take each new worker down with it."""
-        await self.db.execute(
-            """WITH poisoned AS (
-                   UPDATE work_units
-                      SET status = 'dead_letter', error_class = 'unknown', lease_owner = NULL, lease_expires_at = NULL,
-                          last_error = 'the worker running this unit stopped before finishing on every attempt',
-                          updated_at = clock_timestamp()
-                    WHERE status = 'running' AND lease_expires_at < clock_timestamp() AND attempts >= max_attempts
-                RETURNING version_id)
-               UPDATE document_versions SET status = 'failed', failure_reason = 'unknown', error = $1
-                WHERE version_id IN (SELECT version_id FROM poisoned) AND status <> 'deleted'""",
-            FAILURE_SENTENCES["unknown"],
-        )
+        found = await self.db.fetch(
+            """SELECT work_id, version_id FROM work_units
+                WHERE status = 'running' AND lease_expires_at < clock_timestamp() AND attempts >= max_attempts""")
+        if not found:
+            return
+
+        async def body(conn: asyncpg.Connection) -> None:
+            await locks.lock_versions(conn, [r["version_id"] for r in found])
+            await conn.execute(
+                """WITH poisoned AS (
+                       UPDATE work_units
+                          SET status = 'dead_letter', error_class = 'unknown', lease_owner = NULL,
+                              lease_expires_at = NULL, updated_at = clock_timestamp(),
+                              last_error = 'the worker running this unit stopped before finishing on every attempt'
+                        WHERE work_id = ANY($2::uuid[]) AND status = 'running'
+                          AND lease_expires_at < clock_timestamp() AND attempts >= max_attempts
+                    RETURNING version_id)
+                   UPDATE document_versions SET status = 'failed', failure_reason = 'unknown', error = $1
+                    WHERE version_id IN (SELECT version_id FROM poisoned) AND status <> 'deleted'""",
+                FAILURE_SENTENCES["unknown"], [r["work_id"] for r in found],
+            )
+
+        await self.db.unit_of_work(body, what="bury poisoned units")
 
     async def renew(self, unit: Claimed) -> bool:
         result = await self.db.execute(
@@ -111,25 +137,44 @@ class PgQueue:
         return result.endswith(" 1")
 
     async def complete(self, unit: Claimed, write: Callable[[asyncpg.Connection], Awaitable[Any]] | None = None,
-                       *, skipped_note: str | None = None) -> None:
-        """Run the stage's writes, mark the unit done and queue its successors, atomically."""
-        async with self.db.transaction() as conn:
-            # The version row serialises completions of one version (fan-in sees every unit).
-            await conn.execute("SELECT 1 FROM document_versions WHERE version_id = $1 FOR UPDATE", unit.version_id)
-            mine = await conn.fetchval(
-                """SELECT 1 FROM work_units WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'
-                   FOR UPDATE""", unit.work_id, self.owner)
-            if mine is None:
-                raise LeaseLost(f"lease on {unit.stage}/{unit.unit_key} was lost")
+                       *, skipped_note: str | None = None) -> str:
+        """Run the stage's writes, mark the unit done and queue its successors, atomically,
+        in the lock order of :mod:`services.platform.locks`. A unit of a version deleted
+        meanwhile writes nothing and finishes ``skipped``. Returns the unit's final status."""
+
+        async def body(conn: asyncpg.Connection) -> str:
+            if unit.stage in SPACE_WIDE:
+                await locks.lock_space(conn, unit.space_id)
+            # The version row also serialises completions of one version (fan-in sees every unit).
+            deleted = (await locks.lock_versions(conn, [unit.version_id])).get(unit.version_id)
+            await self._lock_own(conn, unit)
+            if deleted is not None:
+                await self._finish(conn, unit, "skipped", VERSION_DELETED)
+                return "skipped"
             if write is not None:
                 await write(conn)
-            await conn.execute(
-                """UPDATE work_units SET status = $2, finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                                         lease_owner = NULL, lease_expires_at = NULL, last_error = $3
-                    WHERE work_id = $1""",
-                unit.work_id, "skipped" if skipped_note else "succeeded", skipped_note,
-            )
+            status = "skipped" if skipped_note else "succeeded"
+            await self._finish(conn, unit, status, skipped_note)
             await self._queue_successors(conn, unit)
+            return status
+
+        return await self.db.unit_of_work(body, what=f"complete {unit.stage}")
+
+    async def _lock_own(self, conn: asyncpg.Connection, unit: Claimed) -> None:
+        mine = await conn.fetchval(
+            """SELECT 1 FROM work_units WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'
+               FOR UPDATE""", unit.work_id, self.owner)
+        if mine is None:
+            raise LeaseLost(f"lease on {unit.stage}/{unit.unit_key} was lost")
+
+    @staticmethod
+    async def _finish(conn: asyncpg.Connection, unit: Claimed, status: str, note: str | None) -> None:
+        await conn.execute(
+            """UPDATE work_units SET status = $2, finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                                     lease_owner = NULL, lease_expires_at = NULL, last_error = $3
+                WHERE work_id = $1""",
+            unit.work_id, status, note,
+        )
 
     async def _queue_successors(self, conn: asyncpg.Connection, unit: Claimed) -> None:
         ordinals: list[int] = []
@@ -177,66 +222,92 @@ class PgQueue:
 
     async def fail(self, unit: Claimed, *, reason: str, error: str, permanent: bool,
                    retry_after_s: float | None = None) -> str:
-        """Back off and retry, or dead-letter (permanent, or attempts exhausted). Returns the outcome."""
+        """Back off and retry, or dead-letter (permanent, or attempts exhausted). Returns the
+        outcome; a unit of a version deleted meanwhile is simply ``skipped``."""
         dead = permanent or unit.attempts >= unit.max_attempts
         delay = retry_after_s if retry_after_s is not None else backoff_s(
             unit.attempts, base_s=self.backoff_base_s, max_s=self.backoff_max_s)
-        async with self.db.transaction() as conn:
-            result = await conn.execute(
+
+        async def body(conn: asyncpg.Connection) -> str:
+            deleted = (await locks.lock_versions(conn, [unit.version_id])).get(unit.version_id)
+            await self._lock_own(conn, unit)
+            if deleted is not None:
+                await self._finish(conn, unit, "skipped", VERSION_DELETED)
+                return "skipped"
+            await conn.execute(
                 """UPDATE work_units
-                      SET status = $3, last_error = $4, error_class = $5, lease_owner = NULL, lease_expires_at = NULL,
-                          not_before = CASE WHEN $3 = 'failed' THEN clock_timestamp() + make_interval(secs => $6)
+                      SET status = $2, last_error = $3, error_class = $4, lease_owner = NULL, lease_expires_at = NULL,
+                          not_before = CASE WHEN $2 = 'failed' THEN clock_timestamp() + make_interval(secs => $5)
                                             ELSE not_before END,
                           updated_at = clock_timestamp()
-                    WHERE work_id = $1 AND lease_owner = $2 AND status = 'running'""",
-                unit.work_id, self.owner, "dead_letter" if dead else "failed", error[:4000], reason, delay,
+                    WHERE work_id = $1""",
+                unit.work_id, "dead_letter" if dead else "failed", error[:4000], reason, delay,
             )
-            if not result.endswith(" 1"):
-                raise LeaseLost("lease lost before the failure was recorded")
             if dead:
                 await conn.execute(
                     """UPDATE document_versions SET status = 'failed', failure_reason = $2, error = $3
                         WHERE version_id = $1 AND status <> 'deleted'""",
                     unit.version_id, reason, FAILURE_SENTENCES[reason],
                 )
-        return "dead_lettered" if dead else "retry_scheduled"
+            return "dead_lettered" if dead else "retry_scheduled"
+
+        try:
+            return await self.db.unit_of_work(body, what=f"fail {unit.stage}")
+        except LeaseLost:
+            raise LeaseLost("lease lost before the failure was recorded") from None
 
     # --- operators -------------------------------------------------------------------
 
     async def replay(self, work_id: uuid.UUID, *, attempts: int | None, not_before: dt.datetime | None,
-                     space_id: uuid.UUID | None) -> asyncpg.Record | None:
-        async with self.db.transaction() as conn:
+                     space_id: uuid.UUID | None) -> Replay:
+        """Put a dead letter back in the queue. A unit of a deleted version is not replayed
+        (deletion wins); neither is one that is no longer a dead letter."""
+        unit = await self.db.fetchrow(
+            "SELECT version_id FROM work_units WHERE work_id = $1 AND ($2::uuid IS NULL OR space_id = $2)",
+            work_id, space_id)
+        if unit is None:
+            return Replay("unknown")
+
+        async def body(conn: asyncpg.Connection) -> Replay:
+            if (await locks.lock_versions(conn, [unit["version_id"]])).get(unit["version_id"]) is not None:
+                return Replay("version_deleted")
             row = await conn.fetchrow(
                 """UPDATE work_units
                       SET status = 'pending', attempts = 0, max_attempts = coalesce($2, max_attempts),
                           not_before = coalesce($3, clock_timestamp()), last_error = NULL, error_class = NULL,
                           finished_at = NULL, updated_at = clock_timestamp()
-                    WHERE work_id = $1 AND status = 'dead_letter' AND ($4::uuid IS NULL OR space_id = $4)
+                    WHERE work_id = $1 AND status = 'dead_letter'
                 RETURNING work_id, version_id, stage, unit_key, max_attempts, not_before""",
-                work_id, attempts, not_before, space_id,
+                work_id, attempts, not_before,
             )
-            if row is not None:
-                # The version is no longer failed: it is processing again.
-                await conn.execute(
-                    """UPDATE document_versions v
-                          SET status = CASE WHEN EXISTS (SELECT 1 FROM work_units s WHERE s.version_id = v.version_id
-                                                           AND s.stage = 'structure' AND s.status = 'succeeded')
-                                            THEN 'ready' ELSE 'ingesting' END,
-                              failure_reason = NULL, error = NULL
-                        WHERE version_id = $1 AND status = 'failed'
-                          AND NOT EXISTS (SELECT 1 FROM work_units d WHERE d.version_id = v.version_id
-                                            AND d.status = 'dead_letter')""", row["version_id"])
-            return row
+            if row is None:
+                return Replay("not_dead_letter")
+            # The version is no longer failed: it is processing again.
+            await conn.execute(
+                """UPDATE document_versions v
+                      SET status = CASE WHEN EXISTS (SELECT 1 FROM work_units s WHERE s.version_id = v.version_id
+                                                       AND s.stage = 'structure' AND s.status = 'succeeded')
+                                        THEN 'ready' ELSE 'ingesting' END,
+                          failure_reason = NULL, error = NULL
+                    WHERE version_id = $1 AND status = 'failed'
+                      AND NOT EXISTS (SELECT 1 FROM work_units d WHERE d.version_id = v.version_id
+                                        AND d.status = 'dead_letter')""", row["version_id"])
+            return Replay("replayed", row)
+
+        return await self.db.unit_of_work(body, what="replay a dead letter")
 
     async def reextract(self, version_id: uuid.UUID, space_id: uuid.UUID | None) -> str | None:
         """Run the claim stages of a version again (e.g. after an extractor upgrade) as a new
         generation; what follows them reruns too. Returns the generation, or None when the
-        version has no finished extraction to redo."""
-        async with self.db.transaction() as conn:
+        version has no finished extraction to redo (or was deleted)."""
+
+        async def body(conn: asyncpg.Connection) -> str | None:
+            if (await locks.lock_versions(conn, [version_id])).get(version_id, False) is not None:
+                return None  # deleted, or no such version
             row = await conn.fetchrow(
                 """SELECT v.space_id, count(*) FILTER (WHERE w.stage = 'extract_claims') AS runs
                      FROM document_versions v JOIN work_units w ON w.version_id = v.version_id
-                    WHERE v.version_id = $1 AND v.deleted_at IS NULL AND ($2::uuid IS NULL OR v.space_id = $2)
+                    WHERE v.version_id = $1 AND ($2::uuid IS NULL OR v.space_id = $2)
                       AND NOT EXISTS (SELECT 1 FROM work_units o WHERE o.version_id = v.version_id
                                         AND o.status IN ('pending', 'running', 'failed', 'dead_letter'))
                     GROUP BY v.space_id""", version_id, space_id)
@@ -250,6 +321,8 @@ class PgQueue:
             await self.enqueue(conn, row["space_id"], version_id,
                                [Unit("extract_claims", f"{c['ordinal']}{suffix}") for c in chunks])
             return suffix
+
+        return await self.db.unit_of_work(body, what="re-extract a version")
 
     async def resume_no_route(self, routes: set[str], space_id: uuid.UUID | None) -> list[uuid.UUID]:
         rows = await self.db.fetch(

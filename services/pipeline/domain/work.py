@@ -13,6 +13,10 @@ PER_CHUNK = ("extract_claims", "ground_claims")
 LINEAR = ("convert", "structure", "chunk", "embed_chunk")
 AFTER_CLAIMS = ("normalize_relations", "adjudicate_observations", "adjudicate_supersession", "embed_claim",
                 "reconcile", "label_relation")
+# Stages that write entities, facts or fact support: their completion takes the space lock
+# first (services/platform/locks.py), so they run one at a time per space.
+SPACE_WIDE = frozenset({"normalize_relations", "adjudicate_observations", "adjudicate_supersession", "reconcile",
+                        "label_relation"})
 
 FAILURE_SENTENCES = {
     "input_too_large": "The document is larger than this deployment accepts.",

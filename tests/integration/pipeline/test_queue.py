@@ -263,13 +263,13 @@ async def test_replaying_a_dead_letter_runs_it_again_and_downstream_proceeds(
     assert (await version_row(conn, version))["status"] == "failed"
 
     replayed = await queue.replay(dead["work_id"], attempts=None, not_before=None, space_id=None)
-    assert replayed is not None and replayed["stage"] == "convert"
+    assert replayed.outcome == "replayed" and replayed.row is not None and replayed.row["stage"] == "convert"
     again = (await units(conn, version))[("convert", "")]
     assert (again["status"], again["attempts"], again["last_error"], again["error_class"]) == ("pending", 0, None,
                                                                                                None)
     assert dict(await version_row(conn, version)) == {"status": "ingesting", "failure_reason": None, "error": None}
-    # a replay of something that is not a dead letter does nothing
-    assert await queue.replay(uuid.uuid4(), attempts=None, not_before=None, space_id=None) is None
+    # a replay of an unknown unit does nothing
+    assert (await queue.replay(uuid.uuid4(), attempts=None, not_before=None, space_id=None)).outcome == "unknown"
 
     async with running(queue, stages, fresh_dsn):
         await eventually(unit_is(conn, version, "label_relation", *DONE), what="the whole graph")
@@ -280,7 +280,9 @@ async def test_replaying_a_dead_letter_runs_it_again_and_downstream_proceeds(
     assert {stage for stage, _ in work} == set(STAGE_NAMES)
     assert stages.count("convert") == 2
     assert dict(await version_row(conn, version)) == {"status": "ready", "failure_reason": None, "error": None}
-    assert await queue.replay(dead["work_id"], attempts=None, not_before=None, space_id=None) is None
+    # nor does a replay of a unit that is no longer a dead letter
+    again = await queue.replay(dead["work_id"], attempts=None, not_before=None, space_id=None)
+    assert again.outcome == "not_dead_letter" and again.row is None
 
 
 async def test_replaying_one_of_two_dead_letters_keeps_the_version_failed(
@@ -293,7 +295,7 @@ async def test_replaying_one_of_two_dead_letters_keeps_the_version_failed(
         await eventually(unit_is(conn, version, "ground_claims", "dead_letter", unit_key="0"))
         await eventually(unit_is(conn, version, "ground_claims", "dead_letter", unit_key="1"))
     first = (await units(conn, version))[("ground_claims", "0")]
-    assert await queue.replay(first["work_id"], attempts=None, not_before=None, space_id=None) is not None
+    assert (await queue.replay(first["work_id"], attempts=None, not_before=None, space_id=None)).outcome == "replayed"
     async with running(queue, stages, fresh_dsn):
         await eventually(unit_is(conn, version, "ground_claims", "succeeded", unit_key="0"))
     # ground_claims/1 is still a dead letter: nothing downstream can run, so the version is still failed

@@ -61,7 +61,9 @@ class IngestServiceStub:
     only 422 `X-Ingest-Principal-Kind and X-Ingest-Principal-Ref must be
     supplied together` / 422 `invalid_ingest_principal` (all
     INVALID_ARGUMENT); 422 validation list (missing filename/mime, bad
-    versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential.
+    versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
+    {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
+    own bounded retries; nothing recorded, safe to resend (ABORTED).
     """
     GetReadiness: _grpc.UnaryUnaryMultiCallable[_ingest_pb2.GetReadinessRequest, _ingest_pb2.GetReadinessResponse]
     """POST /readiness: a pure read of pipeline and capability readiness for up
@@ -94,7 +96,11 @@ class IngestServiceStub:
     403 `credential may not perform this operation` for `read`/`ingest`
     credentials (PERMISSION_DENIED); 422 validation list for a non-UUID
     (INVALID_ARGUMENT); 503 {code: "forget_in_progress"}, also when a forget
-    began preparing just before; nothing deleted (UNAVAILABLE).
+    began preparing just before; nothing deleted (UNAVAILABLE); 409
+    {reason TRANSACTION_CONFLICT} only when concurrent writes still won after
+    the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
+    A deletion wins over processing: stages of the document's versions still
+    running finish as `skipped` and write nothing.
     """
 
 @_typing.type_check_only
@@ -130,7 +136,9 @@ class IngestServiceAsyncStub(IngestServiceStub):
     only 422 `X-Ingest-Principal-Kind and X-Ingest-Principal-Ref must be
     supplied together` / 422 `invalid_ingest_principal` (all
     INVALID_ARGUMENT); 422 validation list (missing filename/mime, bad
-    versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential.
+    versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
+    {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
+    own bounded retries; nothing recorded, safe to resend (ABORTED).
     """
     GetReadiness: _aio.UnaryUnaryMultiCallable[_ingest_pb2.GetReadinessRequest, _ingest_pb2.GetReadinessResponse]  # type: ignore[assignment]
     """POST /readiness: a pure read of pipeline and capability readiness for up
@@ -163,7 +171,11 @@ class IngestServiceAsyncStub(IngestServiceStub):
     403 `credential may not perform this operation` for `read`/`ingest`
     credentials (PERMISSION_DENIED); 422 validation list for a non-UUID
     (INVALID_ARGUMENT); 503 {code: "forget_in_progress"}, also when a forget
-    began preparing just before; nothing deleted (UNAVAILABLE).
+    began preparing just before; nothing deleted (UNAVAILABLE); 409
+    {reason TRANSACTION_CONFLICT} only when concurrent writes still won after
+    the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
+    A deletion wins over processing: stages of the document's versions still
+    running finish as `skipped` and write nothing.
     """
 
 class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -202,7 +214,9 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         only 422 `X-Ingest-Principal-Kind and X-Ingest-Principal-Ref must be
         supplied together` / 422 `invalid_ingest_principal` (all
         INVALID_ARGUMENT); 422 validation list (missing filename/mime, bad
-        versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential.
+        versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
+        {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
+        own bounded retries; nothing recorded, safe to resend (ABORTED).
         """
 
     @_abc_1.abstractmethod
@@ -259,7 +273,11 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         403 `credential may not perform this operation` for `read`/`ingest`
         credentials (PERMISSION_DENIED); 422 validation list for a non-UUID
         (INVALID_ARGUMENT); 503 {code: "forget_in_progress"}, also when a forget
-        began preparing just before; nothing deleted (UNAVAILABLE).
+        began preparing just before; nothing deleted (UNAVAILABLE); 409
+        {reason TRANSACTION_CONFLICT} only when concurrent writes still won after
+        the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
+        A deletion wins over processing: stages of the document's versions still
+        running finish as `skipped` and write nothing.
         """
 
 def add_IngestServiceServicer_to_server(servicer: IngestServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

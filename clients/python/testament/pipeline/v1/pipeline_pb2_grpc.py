@@ -95,9 +95,10 @@ class PipelineServiceServicer:
         """Puts one dead-lettered work unit back in the queue as `pending` with a
         fresh attempt budget, due at not_before. Idempotent per dead-lettering:
         replaying a unit that is no longer dead_letter changes nothing.
-        Errors: NOT_FOUND unknown work unit; FAILED_PRECONDITION the unit is not
-        dead_letter (or its version was deleted or forgotten); INVALID_ARGUMENT
-        attempts outside 1-10.
+        Errors: NOT_FOUND {reason WORK_UNIT_NOT_FOUND} unknown work unit;
+        FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
+        {reason VERSION_DELETED} its version was deleted (deletion wins);
+        INVALID_ARGUMENT attempts outside 1-10.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,9 +51,10 @@ class PipelineServiceStub:
     """Puts one dead-lettered work unit back in the queue as `pending` with a
     fresh attempt budget, due at not_before. Idempotent per dead-lettering:
     replaying a unit that is no longer dead_letter changes nothing.
-    Errors: NOT_FOUND unknown work unit; FAILED_PRECONDITION the unit is not
-    dead_letter (or its version was deleted or forgotten); INVALID_ARGUMENT
-    attempts outside 1-10.
+    Errors: NOT_FOUND {reason WORK_UNIT_NOT_FOUND} unknown work unit;
+    FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
+    {reason VERSION_DELETED} its version was deleted (deletion wins);
+    INVALID_ARGUMENT attempts outside 1-10.
     """
     ResumeNoRoute: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ResumeNoRouteRequest, _pipeline_pb2.ResumeNoRouteResponse]
     """`remember ops resume-no-route`: releases every conversion parked with
@@ -96,9 +97,10 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """Puts one dead-lettered work unit back in the queue as `pending` with a
     fresh attempt budget, due at not_before. Idempotent per dead-lettering:
     replaying a unit that is no longer dead_letter changes nothing.
-    Errors: NOT_FOUND unknown work unit; FAILED_PRECONDITION the unit is not
-    dead_letter (or its version was deleted or forgotten); INVALID_ARGUMENT
-    attempts outside 1-10.
+    Errors: NOT_FOUND {reason WORK_UNIT_NOT_FOUND} unknown work unit;
+    FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
+    {reason VERSION_DELETED} its version was deleted (deletion wins);
+    INVALID_ARGUMENT attempts outside 1-10.
     """
     ResumeNoRoute: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ResumeNoRouteRequest, _pipeline_pb2.ResumeNoRouteResponse]  # type: ignore[assignment]
     """`remember ops resume-no-route`: releases every conversion parked with
@@ -150,9 +152,10 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         """Puts one dead-lettered work unit back in the queue as `pending` with a
         fresh attempt budget, due at not_before. Idempotent per dead-lettering:
         replaying a unit that is no longer dead_letter changes nothing.
-        Errors: NOT_FOUND unknown work unit; FAILED_PRECONDITION the unit is not
-        dead_letter (or its version was deleted or forgotten); INVALID_ARGUMENT
-        attempts outside 1-10.
+        Errors: NOT_FOUND {reason WORK_UNIT_NOT_FOUND} unknown work unit;
+        FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
+        {reason VERSION_DELETED} its version was deleted (deletion wins);
+        INVALID_ARGUMENT attempts outside 1-10.
         """
 
     @_abc_1.abstractmethod

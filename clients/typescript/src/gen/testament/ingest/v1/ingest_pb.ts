@@ -1045,7 +1045,9 @@ export const IngestService: GenService<{
    * only 422 `X-Ingest-Principal-Kind and X-Ingest-Principal-Ref must be
    * supplied together` / 422 `invalid_ingest_principal` (all
    * INVALID_ARGUMENT); 422 validation list (missing filename/mime, bad
-   * versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential.
+   * versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
+   * {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
+   * own bounded retries; nothing recorded, safe to resend (ABORTED).
    *
    * @generated from rpc testament.ingest.v1.IngestService.Upload
    */
@@ -1106,7 +1108,11 @@ export const IngestService: GenService<{
    * 403 `credential may not perform this operation` for `read`/`ingest`
    * credentials (PERMISSION_DENIED); 422 validation list for a non-UUID
    * (INVALID_ARGUMENT); 503 {code: "forget_in_progress"}, also when a forget
-   * began preparing just before; nothing deleted (UNAVAILABLE).
+   * began preparing just before; nothing deleted (UNAVAILABLE); 409
+   * {reason TRANSACTION_CONFLICT} only when concurrent writes still won after
+   * the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
+   * A deletion wins over processing: stages of the document's versions still
+   * running finish as `skipped` and write nothing.
    *
    * @generated from rpc testament.ingest.v1.IngestService.DeleteDocument
    */
