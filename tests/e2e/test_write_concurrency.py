@@ -280,3 +280,57 @@ def test_random_interleavings_leave_the_write_side_whole(pg, tmp_path: Path) -> 
         assert ops["delete"] and ops["version"] and ops["reextract"]
         assert events["db.transient_gave_up"] == 0 and events["defect"] == 0
         assert events["unretried_deadlock"] == 0
+
+
+# --- bad timing ------------------------------------------------------------------------------
+
+def test_two_deletes_at_once_and_a_delete_before_the_first_version_is_recorded(pg, tmp_path: Path) -> None:
+    from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+
+    from services.ingest.domain import IngestCommand
+
+    with write_stack(pg, tmp_path, workers=1) as stack:
+        params = {"filename": "twice.md", "mime": "text/markdown", "source_kind": "file", "source_ref": "twice"}
+        doc_id = httpx.post(f"{stack.base}/ingest", params=params, content=b"# Twice\n\nDana owns the ledger.\n",
+                            timeout=30).json()["doc_id"]
+
+        async def both() -> list[int]:
+            async with httpx.AsyncClient(base_url=stack.base, timeout=30) as http:
+                replies = await asyncio.gather(*(http.delete(f"/documents/{doc_id}") for _ in range(2)))
+            return sorted(r.status_code for r in replies)
+
+        assert asyncio.run(both()) == [200, 404]
+
+        # The pair names the document before its first version is recorded: a delete then is
+        # the documented 404, and the upload still lands whole.
+        space = sql(stack.dsn, "SELECT space_id FROM spaces WHERE is_default")[0][0]
+        pending = IngestCommand(filename="slow.md", mime="text/markdown", title="slow.md", source_kind="file",
+                                source_ref="slow", source_modified_at=None, versioning_mode="snapshot",
+                                source_version_ref=None, attribution=None, acl=())
+        slow_id = str(pending.doc_id(space, ""))
+        sent_first = asyncio.Event()
+
+        async def upload_slowly() -> ingest_pb2.UploadResponse:
+            async def stream():  # type: ignore[no-untyped-def]
+                yield ingest_pb2.UploadRequest(options=ingest_pb2.UploadOptions(
+                    filename="slow.md", mime="text/markdown", source_kind="file", source_ref="slow"))
+                yield ingest_pb2.UploadRequest(chunk=b"# Slow\n\n")
+                sent_first.set()
+                await asyncio.sleep(1.0)
+                yield ingest_pb2.UploadRequest(chunk=b"Lena owns the search index.\n")
+            async with grpc.aio.insecure_channel(stack.procs[0].address) as channel:
+                return await ingest_pb2_grpc.IngestServiceStub(channel).Upload(stream(), timeout=30)
+
+        async def race() -> tuple[ingest_pb2.UploadResponse, int]:
+            upload = asyncio.create_task(upload_slowly())
+            await sent_first.wait()
+            async with httpx.AsyncClient(base_url=stack.base, timeout=30) as http:
+                early = await http.delete(f"/documents/{slow_id}")
+            return await upload, early.status_code
+
+        recorded, early = asyncio.run(race())
+        assert early == 404
+        assert recorded.created and recorded.doc_id == slow_id
+        assert httpx.delete(f"{stack.base}/documents/{slow_id}", timeout=30).status_code == 200
+        wait_drained(stack.dsn)
+        check_write_side_whole(stack.dsn)
