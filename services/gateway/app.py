@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from services.gateway.frontdoor import HttpFrontDoor
 from services.gateway.transcoder import (
     DecodeError,
     Match,
@@ -33,7 +34,7 @@ from services.gateway.transcoder import (
 from services.platform import telemetry
 
 JSON = "application/json"
-_HOP_HEADERS = ("authorization",)
+HOP_HEADERS = ("authorization",)
 # Attribution travels in headers only (kept out of access logs); the size comes from
 # Content-Length. A query parameter cannot set either.
 _HEADER_ONLY_OPTIONS = ("principal_kind", "principal_ref", "expected_size")
@@ -142,7 +143,7 @@ class Upstreams:
 
 
 def _metadata(request: Request) -> list[tuple[str, str]]:
-    pairs = [(h, request.headers[h]) for h in _HOP_HEADERS if h in request.headers]
+    pairs = [(h, request.headers[h]) for h in HOP_HEADERS if h in request.headers]
     pairs.extend(telemetry.inject())
     return pairs
 
@@ -151,7 +152,8 @@ class Gateway:
     """ASGI application."""
 
     def __init__(self, router: Router, upstreams: Upstreams, *, body_max_bytes: int | None,
-                 upload_deadline_s: float = 3600.0) -> None:
+                 upload_deadline_s: float = 3600.0, front_door: HttpFrontDoor | None = None) -> None:
+        self.front_door = front_door
         self.router = router
         self.upstreams = upstreams
         self.body_max_bytes = body_max_bytes
@@ -185,6 +187,10 @@ class Gateway:
         await response(scope, receive, send)
 
     async def dispatch(self, request: Request) -> Response:
+        spoken = self.front_door.accepts(request) if self.front_door else None
+        if spoken is not None:
+            assert self.front_door is not None
+            return await self.front_door.serve(request, *spoken)
         found = self.router.match(request.method, request.url.path)
         if found is None:
             return detail(404, "Not Found")

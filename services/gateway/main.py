@@ -11,7 +11,8 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.gateway.app import Gateway, Upstreams
+from services.gateway.app import HOP_HEADERS, Gateway, Upstreams
+from services.gateway.frontdoor import MAX_MESSAGE_BYTES, GrpcProxy, HttpFrontDoor, rpc_table
 from services.gateway.transcoder import Router, routes_for
 from services.platform import contract, telemetry
 from services.platform.server import StartupError
@@ -24,17 +25,24 @@ def build_app(settings: Settings) -> Gateway:
     if not addresses:
         raise StartupError("testament-gateway: no service address is set (TESTAMENT_<SERVICE>_ADDR)")
     services = [contract.service(full) for full in contract.SERVICE_FULL_NAMES.values()]
+    upstreams = Upstreams(addresses, deadline_s=settings.default_deadline_s)
     return Gateway(
         Router(routes_for(services)),
-        Upstreams(addresses, deadline_s=settings.default_deadline_s),
+        upstreams,
         body_max_bytes=settings.ingest_body_max_bytes,
+        front_door=HttpFrontDoor(rpc_table(), upstreams.channel_for, default_deadline_s=settings.default_deadline_s,
+                                 hop_headers=HOP_HEADERS),
     )
 
 
 async def serve(settings: Settings) -> None:
     telemetry.setup("testament-gateway")
     app = build_app(settings)
-    grpc_server = grpc.aio.server()
+    grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    # Every contract method, proxied to its service: one address reaches everything.
+    grpc_server.add_generic_rpc_handlers((GrpcProxy(rpc_table(), app.upstreams.channel_for,
+                                                    default_deadline_s=settings.default_deadline_s),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
     reflection.enable_server_reflection(
@@ -47,7 +55,7 @@ async def serve(settings: Settings) -> None:
     except RuntimeError:
         grpc_port = 0
     if grpc_port == 0:
-        raise StartupError(f"testament-gateway: cannot listen on {address} (gRPC health): port in use")
+        raise StartupError(f"testament-gateway: cannot listen on {address} (gRPC): port in use")
     config = uvicorn.Config(
         app, host=settings.host, port=settings.gateway_port, loop="uvloop", lifespan="on",
         log_level="warning", access_log=False, timeout_graceful_shutdown=int(settings.shutdown_grace_s),

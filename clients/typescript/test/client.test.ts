@@ -11,6 +11,8 @@ import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
+import { createConnectTransport } from "@connectrpc/connect-node";
+
 import {
   Code,
   ConnectError,
@@ -290,5 +292,47 @@ describe("testament stack", () => {
       assert.equal(report.versions[0]?.stages[0]?.stage, "convert");
       break; // the pipeline is not running in this stack: one report is enough
     }
+  });
+
+  test("the gateway's gRPC address alone reaches every service (the front door)", async () => {
+    const c = createTestamentClient({ baseUrl: `http://${stack.addresses["gateway"]}`, timeoutMs: 10_000 });
+    clients.push(c);
+    assert.equal((await c.retrieval.listOperations({})).operations.length, 4);
+    assert.deepEqual((await c.pipeline.listDeadLetters({})).deadLetters, []);
+    assert.equal((await c.deployment.checkHealth({})).status, "ok");
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      yield new TextEncoder().encode(`through the front door ${randomUUID()}\n`);
+    }
+    const version = await uploadDocument(c, { filename: "door.md", mime: "text/markdown" }, chunks());
+    assert.equal(version.created, true);
+    const request = { versionIds: [version.versionId], require: { pipeline: true, p1: false, liveGraph: false, p3: false } };
+    for await (const message of watchReadiness(c, request)) {
+      assert.equal(message.report?.versions[0]?.versionId, version.versionId);
+      break;
+    }
+  });
+
+  test("the Connect protocol over HTTP/1.1 at the gateway's HTTP address: unary and server streaming", async () => {
+    const transport = createConnectTransport({ baseUrl: stack.gatewayUrl, httpVersion: "1.1" });
+    const c = createTestamentClient({ baseUrl: stack.gatewayUrl, transport, timeoutMs: 10_000 });
+    clients.push(c);
+    assert.equal((await c.retrieval.listOperations({})).operations.length, 4);
+    const listed = await c.ingest.listDocuments({ limit: 5 });
+    assert.ok(listed.documents.length >= 1);
+    const versionId = listed.documents[0]?.latest?.versionId ?? "";
+    const request = { versionIds: [versionId], require: { pipeline: true, p1: false, liveGraph: false, p3: false } };
+    let reports = 0;
+    for await (const message of watchReadiness(c, request)) {
+      assert.equal(message.report?.versions[0]?.versionId, versionId);
+      reports += 1;
+      break;
+    }
+    assert.equal(reports, 1);
+    await assert.rejects(c.retrieval.hydrateRelation({ relationId: "not-a-uuid" }), (err: unknown) => {
+      const e = toTestamentError(err);
+      assert.equal(e.code, Code.InvalidArgument);
+      assert.equal(e.domain, "testament");
+      return true;
+    });
   });
 });
