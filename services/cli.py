@@ -6,6 +6,7 @@
     testament keys create --scope read|ingest|write [--principal P ...] [--trusted]
     testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
     testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
+    testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
 """
 
 from __future__ import annotations
@@ -187,6 +188,27 @@ def _cmd_check_acl_exposure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    import os
+
+    from services.mcp.server import LOOPBACK, Options, run
+
+    key = args.api_key or os.environ.get("TESTAMENT_API_KEY") or None
+    if args.transport == "http":
+        if args.api_key:
+            print("testament mcp: over HTTP the server holds no key; callers send their own Authorization header",
+                  file=sys.stderr)
+            return 2
+        key = None
+        host = args.bind.rpartition(":")[0].strip("[]")
+        if host not in LOOPBACK:
+            print(f"testament mcp: --bind must be a loopback address, not {host!r}", file=sys.stderr)
+            return 2
+    url = args.api_url or os.environ.get("TESTAMENT_API_URL") or "http://127.0.0.1:8000"
+    run(Options(api_url=url, api_key=key, read_only=args.read_only), transport=args.transport, bind=args.bind)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,6 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     p_exposure.add_argument("--k", type=int, default=10)
     p_exposure.add_argument("--queries", type=int, default=20)
     p_exposure.set_defaults(func=_cmd_check_acl_exposure)
+
+    p_mcp = sub.add_parser("mcp", help="serve Testament's tools to agents over MCP (stdio or Streamable HTTP)")
+    p_mcp.add_argument("--read-only", action="store_true", help="hide and refuse the tools that write")
+    p_mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p_mcp.add_argument("--bind", default="127.0.0.1:8765", help="HTTP transport: loopback host:port")
+    p_mcp.add_argument("--api-url", default=None, help="the gateway (default $TESTAMENT_API_URL or :8000)")
+    p_mcp.add_argument("--api-key", default=None, help="stdio only (default $TESTAMENT_API_KEY)")
+    p_mcp.set_defaults(func=_cmd_mcp)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))
