@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from services.gateway.frontdoor import HttpFrontDoor
+from services.gateway.frontdoor import HttpFrontDoor, send_stream
 from services.gateway.transcoder import (
     DecodeError,
     Match,
@@ -108,6 +108,8 @@ def error_response(route: Route | None, error: grpc.aio.AioRpcError) -> Response
     code = error.code()
     status = _DEFAULT_HTTP.get(code, 500)
     if status == 500:
+        telemetry.access_log("upstream_error", code=code.name, details=error.details(),
+                             method=route.full_method if route else None)
         return detail(500, "Internal Server Error")
     if code == grpc.StatusCode.UNAVAILABLE:
         return detail(503, "service unavailable")
@@ -152,8 +154,10 @@ class Gateway:
     """ASGI application."""
 
     def __init__(self, router: Router, upstreams: Upstreams, *, body_max_bytes: int | None,
-                 upload_deadline_s: float = 3600.0, front_door: HttpFrontDoor | None = None) -> None:
+                 upload_deadline_s: float = 3600.0, front_door: HttpFrontDoor | None = None,
+                 openapi: Mapping[str, Any] | None = None) -> None:
         self.front_door = front_door
+        self._openapi = json.dumps(openapi, separators=(",", ":")).encode() if openapi is not None else None
         self.router = router
         self.upstreams = upstreams
         self.body_max_bytes = body_max_bytes
@@ -191,6 +195,8 @@ class Gateway:
         if spoken is not None:
             assert self.front_door is not None
             return await self.front_door.serve(request, *spoken)
+        if self._openapi is not None and request.url.path == "/openapi.json" and request.method == "GET":
+            return Response(self._openapi, media_type=JSON)
         found = self.router.match(request.method, request.url.path)
         if found is None:
             return detail(404, "Not Found")
@@ -269,13 +275,14 @@ class Gateway:
         channel = self.upstreams.channel_for(route.service.full_name)
         if channel is None:
             return detail(503, "service unavailable")
-        call = channel.stream_unary(
+        method = channel.stream_unary(
             route.full_method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=route.response_class().FromString,
         )
         try:
-            response = await call(stream(), metadata=_metadata(request), timeout=self.upload_deadline_s)
+            response = await send_stream(method, stream(), metadata=_metadata(request),
+                                         timeout=self.upload_deadline_s)
         except grpc.aio.AioRpcError as error:
             return error_response(route, error)
         return json_response(200, encode_response(route, response))

@@ -13,6 +13,7 @@ services still authenticate and authorise every call themselves.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -75,6 +76,31 @@ def forwardable(pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return [(k.lower(), v) for k, v in pairs if not _HOP_ONLY.match(k.lower())]
 
 
+async def send_stream(method: grpc.aio.StreamUnaryMultiCallable, messages: AsyncIterator[Any],
+                      **kw: Any) -> Any:
+    """A client-streaming call whose refusal arrives as the server's own status.
+
+    Handing grpc an iterator races its writer against the server: when the service
+    refuses the first message and ends the call while bytes are still being written,
+    the client sees INTERNAL "Internal error from Core" instead of the refusal. Writing
+    ourselves, a failed write just means the call has ended: its status is then read.
+    """
+    call = method(**kw)
+    try:
+        async for message in messages:
+            if call.done():
+                break
+            await call.write(message)
+        if not call.done():
+            await call.done_writing()
+    except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+        pass  # the call ended while we wrote: its status says why
+    except BaseException:
+        call.cancel()
+        raise
+    return await call
+
+
 # --- native gRPC ------------------------------------------------------------------------
 
 
@@ -130,7 +156,7 @@ class GrpcProxy(grpc.GenericRpcHandler):
             async def stream_unary(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
                 try:
                     channel, kw = upstream(context)
-                    return await channel.stream_unary(path)(requests, **kw)
+                    return await send_stream(channel.stream_unary(path), requests, **kw)
                 except (grpc.aio.AioRpcError, _Unavailable) as error:
                     await relay_error(context, error)
                     raise AssertionError("unreachable") from None
@@ -379,7 +405,7 @@ class HttpFrontDoor:
                     async def requests() -> AsyncIterator[Message]:
                         for m in messages:
                             yield m
-                    reply = await channel.stream_unary(rpc.path, **serialize)(requests(), **kw)
+                    reply = await send_stream(channel.stream_unary(rpc.path, **serialize), requests(), **kw)
                 else:
                     reply = await channel.unary_unary(rpc.path, **serialize)(messages[0], **kw)
             except grpc.aio.AioRpcError as error:

@@ -11,6 +11,7 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.gateway import openapi
 from services.gateway.app import HOP_HEADERS, Gateway, Upstreams
 from services.gateway.frontdoor import MAX_MESSAGE_BYTES, GrpcProxy, HttpFrontDoor, rpc_table
 from services.gateway.transcoder import Router, routes_for
@@ -26,12 +27,14 @@ def build_app(settings: Settings) -> Gateway:
         raise StartupError("testament-gateway: no service address is set (TESTAMENT_<SERVICE>_ADDR)")
     services = [contract.service(full) for full in contract.SERVICE_FULL_NAMES.values()]
     upstreams = Upstreams(addresses, deadline_s=settings.default_deadline_s)
+    routes = routes_for(services)
     return Gateway(
-        Router(routes_for(services)),
+        Router(routes),
         upstreams,
         body_max_bytes=settings.ingest_body_max_bytes,
         front_door=HttpFrontDoor(rpc_table(), upstreams.channel_for, default_deadline_s=settings.default_deadline_s,
                                  hop_headers=HOP_HEADERS),
+        openapi=openapi.document(routes, version=settings.build_revision or "dev"),
     )
 
 

@@ -192,6 +192,28 @@ _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
 
 
+_INT_RANGES = {
+    **dict.fromkeys((FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32),
+                    (-(2**31), 2**31 - 1)),
+    **dict.fromkeys((FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32), (0, 2**32 - 1)),
+    **dict.fromkeys((FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64),
+                    (-(2**63), 2**63 - 1)),
+    **dict.fromkeys((FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64), (0, 2**64 - 1)),
+}
+
+
+def _in_range(field: FieldDescriptor, value: int, raw: Any, loc: tuple[str | int, ...]) -> int:
+    """A whole number the field's wire type can hold (else 422, never a 500 from protobuf)."""
+    low, high = _INT_RANGES[field.type]
+    if value > high:
+        raise DecodeError([Problem("less_than_equal", loc, f"Input should be less than or equal to {high}", raw,
+                                   {"le": high})])
+    if value < low:
+        raise DecodeError([Problem("greater_than_equal", loc, f"Input should be greater than or equal to {low}",
+                                   raw, {"ge": low})])
+    return value
+
+
 def _coerce_scalar(field: FieldDescriptor, raw: Any, loc: tuple[str | int, ...], *, from_text: bool) -> Any:
     t = field.type
     if t == FieldDescriptor.TYPE_STRING:
@@ -199,23 +221,33 @@ def _coerce_scalar(field: FieldDescriptor, raw: Any, loc: tuple[str | int, ...],
             return raw
         raise DecodeError([Problem("string_type", loc, "Input should be a valid string", raw)])
     if t in _INT_TYPES:
-        if isinstance(raw, bool):
-            raise DecodeError([Problem("int_type", loc, "Input should be a valid integer", raw)])
-        if isinstance(raw, int):
-            return raw
-        if isinstance(raw, float) and raw.is_integer():
-            return int(raw)
-        if isinstance(raw, float):
-            raise DecodeError([Problem("int_from_float", loc,
-                                       "Input should be a valid integer, got a number with a fractional part", raw)])
-        if isinstance(raw, str):
-            try:
-                return int(raw.strip())
-            except ValueError:
-                raise DecodeError([Problem("int_parsing", loc,
-                                           "Input should be a valid integer, unable to parse string as an integer",
-                                           raw)]) from None
+        return _in_range(field, _whole(field, raw, loc), raw, loc)
+    return _coerce_other(field, raw, loc)
+
+
+def _whole(field: FieldDescriptor, raw: Any, loc: tuple[str | int, ...]) -> int:
+    """A JSON or text value as a whole number (no bools, no fractions)."""
+    if isinstance(raw, bool):
         raise DecodeError([Problem("int_type", loc, "Input should be a valid integer", raw)])
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if isinstance(raw, float):
+        raise DecodeError([Problem("int_from_float", loc,
+                                   "Input should be a valid integer, got a number with a fractional part", raw)])
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise DecodeError([Problem("int_parsing", loc,
+                                       "Input should be a valid integer, unable to parse string as an integer",
+                                       raw)]) from None
+    raise DecodeError([Problem("int_type", loc, "Input should be a valid integer", raw)])
+
+
+def _coerce_other(field: FieldDescriptor, raw: Any, loc: tuple[str | int, ...]) -> Any:
+    t = field.type
     if t in _FLOAT_TYPES:
         if isinstance(raw, bool):
             raise DecodeError([Problem("float_type", loc, "Input should be a valid number", raw)])

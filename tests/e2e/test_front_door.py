@@ -186,3 +186,21 @@ def test_what_is_not_a_contract_method_is_left_to_the_routes(door: Door) -> None
         # a contract path with a content type that is no protocol of ours: not found either
         assert http.post(f"{RETRIEVAL}/Resolve", content=b"x",
                          headers={"content-type": "text/plain"}).status_code == 404
+
+
+def test_a_refused_upload_is_its_refusal_even_while_bytes_are_still_being_sent(door: Door) -> None:
+    """grpc reports INTERNAL when a service refuses a stream the caller is still writing,
+    unless the writer stops at the first failed write and reads the status: 200 racing
+    refusals through the RememberStack route all come back as the service's 422."""
+    import asyncio
+    from collections import Counter
+
+    params = {"filename": "", "mime": "", "versioning_mode": "living", "acl": "AAA"}
+
+    async def go() -> Counter[int]:
+        async with httpx.AsyncClient(base_url=door.http, timeout=60) as http:
+            replies = await asyncio.gather(*(http.post("/ingest", params=params, content=b"\x89PNG\r\n\x1a\n" * 64)
+                                             for _ in range(200)))
+        return Counter(r.status_code for r in replies)
+
+    assert asyncio.run(go()) == Counter({422: 200})

@@ -151,3 +151,22 @@ def test_the_upload_response_prints_ingested_version() -> None:
                                       content_hash="0" * 64, created=True, mime="text/markdown")
     out = encode_message(reply)
     assert out["parked"] is None and out["title"] is None and out["created"] is True
+
+
+def test_integers_beyond_the_field_type_are_a_422_not_a_crash() -> None:
+    from google.protobuf import descriptor_pool
+
+    from services.gateway.transcoder import DecodeError, decode_into
+    from services.platform import contract
+
+    contract.load_all()
+    cls = descriptor_pool.Default().FindMessageTypeByName("testament.retrieval.v1.SearchClaimsRequest")
+    from google.protobuf import message_factory
+
+    message = message_factory.GetMessageClass(cls)()
+    with pytest.raises(DecodeError) as raised:
+        decode_into(message, {"query": "x", "k": 2**31}, ("body",))
+    (problem,) = raised.value.problems
+    assert (problem.type, problem.loc, problem.ctx) == ("less_than_equal", ("body", "k"), {"le": 2**31 - 1})
+    with pytest.raises(DecodeError):
+        decode_into(message_factory.GetMessageClass(cls)(), {"query": "x", "k": -(2**31) - 1}, ("body",))
