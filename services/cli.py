@@ -3,7 +3,9 @@
     testament up [--data-dir DIR] [--gateway-port PORT]   the whole stack, foreground
     testament migrate                                       apply pending migrations
     testament serve SERVICE                                 one service process
-    testament keys create --scope read|ingest|write [--principal P ...] [--trusted]
+    testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
+    testament keys list [--space S] | revoke CREDENTIAL_ID_OR_PREFIX
+    testament spaces create SLUG [--name N] | list
     testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
     testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
     testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
@@ -87,6 +89,49 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 
     print(json.dumps(asyncio.run(create())))
     return 0
+
+
+def _credentials_command(action):  # type: ignore[no-untyped-def]
+    """Run one PgCredentials call against TESTAMENT_DATABASE_URL and print its JSON."""
+    from services.platform.credentials_pg import PgCredentials
+    from services.platform.db import Database
+
+    async def run() -> object:
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
+        try:
+            return await action(PgCredentials(db))
+        finally:
+            await db.close()
+
+    try:
+        print(json.dumps(asyncio.run(run())))
+    except ValueError as exc:
+        print(f"testament: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_keys_list(args: argparse.Namespace) -> int:
+    return _credentials_command(lambda c: c.list_keys(args.space))
+
+
+def _cmd_keys_revoke(args: argparse.Namespace) -> int:
+    async def revoke(c):  # type: ignore[no-untyped-def]
+        revoked = await c.revoke(args.credential)
+        if revoked is None:
+            raise ValueError(f"no live key with id or unique prefix {args.credential!r}")
+        return {"revoked": revoked}
+    return _credentials_command(revoke)
+
+
+def _cmd_spaces_create(args: argparse.Namespace) -> int:
+    async def create(c):  # type: ignore[no-untyped-def]
+        return {"space_id": str(await c.create_space(args.slug, args.name or args.slug)), "slug": args.slug}
+    return _credentials_command(create)
+
+
+def _cmd_spaces_list(args: argparse.Namespace) -> int:
+    return _credentials_command(lambda c: c.list_spaces())
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
@@ -233,6 +278,20 @@ def main(argv: list[str] | None = None) -> None:
     p_create.add_argument("--trusted", action="store_true", help="sees every document of the space")
     p_create.add_argument("--label", default="")
     p_create.set_defaults(func=_cmd_keys_create)
+    p_klist = keys_sub.add_parser("list", help="every key's prefix, space, scope and state (never the key)")
+    p_klist.add_argument("--space", default=None, help="only this space slug")
+    p_klist.set_defaults(func=_cmd_keys_list)
+    p_revoke = keys_sub.add_parser("revoke", help="revoke a key; refused from its next request on")
+    p_revoke.add_argument("credential", help="credential id, or the key's unique prefix")
+    p_revoke.set_defaults(func=_cmd_keys_revoke)
+
+    p_spaces = sub.add_parser("spaces", help="tenant spaces")
+    spaces_sub = p_spaces.add_subparsers(dest="spaces_command", required=True)
+    p_screate = spaces_sub.add_parser("create", help="a new space (keys are bound to one)")
+    p_screate.add_argument("slug", help="^[a-z][a-z0-9-]{0,62}$")
+    p_screate.add_argument("--name", default=None)
+    p_screate.set_defaults(func=_cmd_spaces_create)
+    spaces_sub.add_parser("list", help="every space").set_defaults(func=_cmd_spaces_list)
 
     p_ops = sub.add_parser("ops", help="operate the work queue (reads PostgreSQL directly)")
     ops_sub = p_ops.add_subparsers(dest="ops_command", required=True)

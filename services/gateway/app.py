@@ -7,8 +7,10 @@ handler is ``POST /ingest``, whose raw byte body becomes the client stream of
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -19,7 +21,10 @@ from opentelemetry import trace
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from testament.common.v1 import deployment_pb2
 
+from services.gateway.admission import CORS_EXPOSE, CORS_HEADERS, CORS_METHODS, Admission, Limits
+from services.gateway.bodies import BodyTimeout, BodyTooLarge, idle_limited, read_body
 from services.gateway.frontdoor import HttpFrontDoor, send_stream
 from services.gateway.transcoder import (
     DecodeError,
@@ -32,6 +37,10 @@ from services.gateway.transcoder import (
     encode_response,
 )
 from services.platform import telemetry
+from services.platform.auth import Scope as CredentialScope
+from services.platform.auth import allows
+from services.platform.contract import method_scope
+from services.platform.errors import SCOPE_TOO_NARROW
 
 JSON = "application/json"
 HOP_HEADERS = ("authorization",)
@@ -144,6 +153,43 @@ class Upstreams:
             await channel.close()
 
 
+_DEPLOYMENT = "testament.common.v1.DeploymentService"
+_SCOPES = {s.value for s in CredentialScope}
+
+
+@dataclass(frozen=True)
+class Identity:
+    space: str
+    key: str | None  # the credential id; None on an open stack
+    scope: CredentialScope | None = None  # None when the services could not be asked
+
+    def may(self, full_method: str) -> bool:
+        """Whether the credential's scope covers the method's contract scope (checked
+        before decoding, so a refused caller gets 403 whatever it sent)."""
+        return self.scope is None or allows(self.scope, method_scope(full_method))
+
+
+@dataclass(frozen=True)
+class DoorPolicy:
+    limits: Limits = Limits()
+    max_in_flight: int = 1024
+    header_max_bytes: int = 16384
+    body_max_bytes: int = 16 << 20
+    body_timeout_s: float = 30.0
+    cors_origins: frozenset[str] = frozenset()
+
+
+def _cors(response: Response, origin: str, *, preflight: bool) -> None:
+    response.headers["Access-Control-Allow-Origin"] = origin
+    response.headers["Vary"] = "Origin"
+    if preflight:
+        response.headers["Access-Control-Allow-Methods"] = CORS_METHODS
+        response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
+        response.headers["Access-Control-Max-Age"] = "600"
+    else:
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
+
+
 def _metadata(request: Request) -> list[tuple[str, str]]:
     pairs = [(h, request.headers[h]) for h in HOP_HEADERS if h in request.headers]
     pairs.extend(telemetry.inject())
@@ -155,13 +201,20 @@ class Gateway:
 
     def __init__(self, router: Router, upstreams: Upstreams, *, body_max_bytes: int | None,
                  upload_deadline_s: float = 3600.0, front_door: HttpFrontDoor | None = None,
-                 openapi: Mapping[str, Any] | None = None) -> None:
+                 openapi: Mapping[str, Any] | None = None, door: DoorPolicy | None = None) -> None:
         self.front_door = front_door
         self._openapi = json.dumps(openapi, separators=(",", ":")).encode() if openapi is not None else None
         self.router = router
         self.upstreams = upstreams
         self.body_max_bytes = body_max_bytes
         self.upload_deadline_s = upload_deadline_s
+        self.door = door or DoorPolicy()
+        self.admission = Admission(self.door.limits)
+        self.in_flight = 0
+        self.idle = asyncio.Event()  # set while nothing is in flight
+        self.idle.set()
+        self.draining = False
+        self._identities: dict[str | None, tuple[float, Identity]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -175,25 +228,102 @@ class Gateway:
                     return
         if scope["type"] != "http":
             return
-        request = Request(scope, receive)
+        if self.draining:
+            # Shutting down: nothing new is admitted, and health says so.
+            await detail(503, {"code": "draining", "message": "the gateway is shutting down"},
+                         {"Retry-After": "1", "Connection": "close"})(scope, receive, send)
+            return
+        if self.in_flight >= self.door.max_in_flight and scope["path"] != "/healthz":
+            # Shed before reading anything more of the request.
+            await detail(503, {"code": "overloaded", "message": "the gateway is at its in-flight ceiling"},
+                         {"Retry-After": "1"})(scope, receive, send)
+            return
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.door.header_max_bytes:
+            await detail(431, "request_header_fields_too_large")(scope, receive, send)
+            return
+        self.in_flight += 1
+        self.idle.clear()
+        try:
+            await self._serve(Request(scope, receive), scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self.idle.set()
+
+    async def _serve(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
+        origin = request.headers.get("origin")
+        allowed = origin is not None and origin in self.door.cors_origins
+        if request.method == "OPTIONS" and origin is not None and "access-control-request-method" in request.headers:
+            response = Response(status_code=204)
+            if allowed:
+                _cors(response, origin, preflight=True)
+            await response(scope, receive, send)
+            return
         parent = telemetry.extract(dict(request.headers))
         token = otel_context.attach(parent)
+        admitted: Identity | None = None
         try:
             with telemetry.tracer().start_as_current_span(
                 f"{request.method} {request.url.path}", kind=trace.SpanKind.SERVER
             ):
-                response = await self.dispatch(request)
+                if request.url.path == "/healthz":
+                    response = await self.dispatch(request, None)
+                else:
+                    who = await self._identify(request)
+                    if isinstance(who, Response):
+                        response = who
+                    elif (refusal := self.admission.admit(who.space, who.key)) is not None:
+                        response = detail(429, {"code": refusal.code, "message": refusal.message},
+                                          {"Retry-After": str(refusal.retry_after_s)})
+                    else:
+                        admitted = who
+                        response = await self.dispatch(request, who)
                 trace_id = telemetry.current_trace_id()
                 if trace_id:
                     response.headers["x-trace-id"] = trace_id
+                if allowed:
+                    assert origin is not None
+                    _cors(response, origin, preflight=False)
+            # A streamed response stays in flight (and admitted) until its last byte.
+            await response(scope, receive, send)
         finally:
             otel_context.detach(token)
-        await response(scope, receive, send)
+            if admitted is not None:
+                self.admission.release(admitted.space, admitted.key)
 
-    async def dispatch(self, request: Request) -> Response:
+    async def _identify(self, request: Request) -> Identity | Response:
+        """Who is calling, asked of the services before routing (cached for a second), so
+        an unknown path answers 401 before 404 and admission counts per key and space."""
+        header = request.headers.get("authorization")
+        now = asyncio.get_running_loop().time()
+        cached = self._identities.get(header)
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+        channel = self.upstreams.channel_for(_DEPLOYMENT)
+        if channel is None:
+            return Identity("unknown", None)
+        call = channel.unary_unary(f"/{_DEPLOYMENT}/Authenticate",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=deployment_pb2.AuthenticateResponse.FromString)
+        try:
+            reply = await call(deployment_pb2.AuthenticateRequest(), metadata=_metadata(request), timeout=5.0)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                return error_response(None, error)
+            return Identity("unknown", None)  # the services check every call themselves
+        identity = Identity(reply.space_id, reply.credential_id if reply.HasField("credential_id") else None,
+                            CredentialScope(reply.scope) if reply.scope in _SCOPES else None)
+        if len(self._identities) > 10_000:
+            self._identities.clear()
+        self._identities[header] = (now, identity)
+        return identity
+
+    async def dispatch(self, request: Request, who: Identity | None) -> Response:
         spoken = self.front_door.accepts(request) if self.front_door else None
         if spoken is not None:
             assert self.front_door is not None
+            if who is not None and not who.may(spoken[0].path):
+                return self.front_door.refuse(spoken[1], grpc.StatusCode.PERMISSION_DENIED, SCOPE_TOO_NARROW)
             return await self.front_door.serve(request, *spoken)
         if self._openapi is not None and request.url.path == "/openapi.json" and request.method == "GET":
             return Response(self._openapi, media_type=JSON)
@@ -203,13 +333,20 @@ class Gateway:
         if found == "method_not_allowed":
             return detail(405, "Method Not Allowed")
         assert isinstance(found, Match)
+        if who is not None and not who.may(found.route.full_method):
+            return detail(403, SCOPE_TOO_NARROW)
         if found.route.method.client_streaming:
             return await self.upload(request, found)
         return await self.unary(request, found)
 
     async def unary(self, request: Request, match: Match) -> Response:
         route = match.route
-        raw = await request.body()
+        try:
+            raw = await read_body(request, self.door.body_max_bytes, self.door.body_timeout_s)
+        except BodyTooLarge:
+            return detail(413, "body_too_large")
+        except BodyTimeout:
+            return detail(408, "request_timeout")
         body: Any = None
         has_body = bool(raw.strip())
         if has_body:
@@ -266,7 +403,7 @@ class Gateway:
 
         async def stream() -> AsyncIterator[Message]:
             yield request_cls(options=options)
-            async for piece in request.stream():
+            async for piece in idle_limited(request.stream(), self.door.body_timeout_s):
                 for start in range(0, len(piece), _UPLOAD_SLICE):
                     part = piece[start:start + _UPLOAD_SLICE]
                     if part:
@@ -281,8 +418,10 @@ class Gateway:
             response_deserializer=route.response_class().FromString,
         )
         try:
-            response = await send_stream(method, stream(), metadata=_metadata(request),
+            response = await send_stream(method, stream(), path=route.full_method, metadata=_metadata(request),
                                          timeout=self.upload_deadline_s)
         except grpc.aio.AioRpcError as error:
             return error_response(route, error)
+        except BodyTimeout:
+            return detail(408, "request_timeout")
         return json_response(200, encode_response(route, response))

@@ -30,6 +30,7 @@ from google.rpc import status_pb2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from services.gateway.bodies import BodyTimeout, BodyTooLarge, read_body
 from services.platform import contract, telemetry
 
 # --- the method table -------------------------------------------------------------------
@@ -76,8 +77,14 @@ def forwardable(pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return [(k.lower(), v) for k, v in pairs if not _HOP_ONLY.match(k.lower())]
 
 
-async def send_stream(method: grpc.aio.StreamUnaryMultiCallable, messages: AsyncIterator[Any],
-                      **kw: Any) -> Any:
+# Client streams whose service sends initial metadata once the first message is accepted
+# (services/ingest/api.py UPLOAD_ACCEPTED): the writer waits for it before the rest.
+ANNOUNCE_ACCEPTANCE = frozenset({"/testament.ingest.v1.IngestService/Upload"})
+ACCEPTED_KEY = "x-testament-upload-accepted"
+
+
+async def send_stream(method: grpc.aio.StreamUnaryMultiCallable, messages: AsyncIterator[Any], *,
+                      path: str, **kw: Any) -> Any:
     """A client-streaming call whose refusal arrives as the server's own status.
 
     Handing grpc an iterator races its writer against the server: when the service
@@ -87,10 +94,18 @@ async def send_stream(method: grpc.aio.StreamUnaryMultiCallable, messages: Async
     """
     call = method(**kw)
     try:
+        first = True
         async for message in messages:
             if call.done():
                 break
             await call.write(message)
+            if first and path in ANNOUNCE_ACCEPTANCE:
+                # A service that validates the first message (an upload's options) answers
+                # with initial metadata once it wants more, or ends the call: wait for either.
+                first = False
+                announced = dict(await call.initial_metadata() or ())
+                if ACCEPTED_KEY not in announced:
+                    break  # refused: its status is the answer
         if not call.done():
             await call.done_writing()
     except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
@@ -156,7 +171,7 @@ class GrpcProxy(grpc.GenericRpcHandler):
             async def stream_unary(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
                 try:
                     channel, kw = upstream(context)
-                    return await send_stream(channel.stream_unary(path), requests, **kw)
+                    return await send_stream(channel.stream_unary(path), requests, path=path, **kw)
                 except (grpc.aio.AioRpcError, _Unavailable) as error:
                     await relay_error(context, error)
                     raise AssertionError("unreachable") from None
@@ -356,8 +371,11 @@ class HttpFrontDoor:
     """Connect and gRPC-Web for every contract method, beside the RememberStack routes."""
 
     def __init__(self, table: Mapping[str, Rpc], channel_for: ChannelFor, *, default_deadline_s: float,
-                 hop_headers: Iterable[str]) -> None:
+                 hop_headers: Iterable[str], body_max_bytes: int = MAX_MESSAGE_BYTES,
+                 body_timeout_s: float = 30.0) -> None:
         self._table = table
+        self._body_max_bytes = body_max_bytes
+        self._body_timeout_s = body_timeout_s
         self._channel_for = channel_for
         self._default_deadline_s = default_deadline_s
         self._hop_headers = tuple(hop_headers)
@@ -379,9 +397,12 @@ class HttpFrontDoor:
     async def serve(self, request: Request, rpc: Rpc, wire: Wire) -> Response:
         try:
             timeout = timeout_of(request, wire, self._default_deadline_s)
-            raw = await request.body()
-            if len(raw) > MAX_MESSAGE_BYTES + _ENVELOPE.size and not rpc.client_streaming:
-                raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the request message is too large")
+            try:
+                raw = await read_body(request, self._body_max_bytes, self._body_timeout_s)
+            except BodyTooLarge:
+                raise ProtocolError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the request is too large") from None
+            except BodyTimeout:
+                raise ProtocolError(grpc.StatusCode.DEADLINE_EXCEEDED, "the request body stopped arriving") from None
             if wire.text:
                 raw = _unbase64(raw)
             if wire.enveloped:
@@ -405,7 +426,8 @@ class HttpFrontDoor:
                     async def requests() -> AsyncIterator[Message]:
                         for m in messages:
                             yield m
-                    reply = await send_stream(channel.stream_unary(rpc.path, **serialize), requests(), **kw)
+                    reply = await send_stream(channel.stream_unary(rpc.path, **serialize), requests(), path=rpc.path,
+                                              **kw)
                 else:
                     reply = await channel.unary_unary(rpc.path, **serialize)(messages[0], **kw)
             except grpc.aio.AioRpcError as error:
@@ -413,6 +435,10 @@ class HttpFrontDoor:
             return self._single(wire, reply)
         call = channel.unary_stream(rpc.path, **serialize)(messages[0], **kw)
         return StreamingResponse(self._stream(wire, call), status_code=200, media_type=wire.content_type)
+
+    def refuse(self, wire: Wire, code: grpc.StatusCode, message: str) -> Response:
+        """A refusal made at the door, in the protocol the caller speaks."""
+        return self._fail_early(wire, Failure(code, message))
 
     # --- responses ---------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import grpc
 from testament.common.v1 import types_pb2
@@ -18,7 +19,7 @@ from services.graph.domain import (
     neighborhood_query,
     path_query,
 )
-from services.platform.auth import require_caller
+from services.platform.auth import Caller, require_caller
 from services.platform.wire import optional, timestamp
 
 _PRECISION = {
@@ -43,15 +44,18 @@ _NEGATIVE = {
 
 
 
-def _node(target: types_pb2.GraphNode, node: Node) -> None:
-    target.entity_id, target.name, target.hops = str(node.entity_id), node.name, node.hops
+Redact = Callable[[str], str]
 
 
-def _edge(target: types_pb2.GraphEdge, edge: Edge) -> None:
+def _node(target: types_pb2.GraphNode, node: Node, redact: Redact) -> None:
+    target.entity_id, target.name, target.hops = str(node.entity_id), redact(node.name), node.hops
+
+
+def _edge(target: types_pb2.GraphEdge, edge: Edge, redact: Redact) -> None:
     target.relation_id, target.subject_id = str(edge.relation_id), str(edge.subject_id)
     target.object_id, target.predicate = str(edge.object_id), edge.predicate
     if edge.fact is not None:
-        target.fact = edge.fact
+        target.fact = redact(edge.fact)
     target.evidence_count = edge.evidence_count
     for name in ("valid_from", "valid_until", "ingested_at", "invalidated_at"):
         value = getattr(edge, name)
@@ -61,7 +65,8 @@ def _edge(target: types_pb2.GraphEdge, edge: Edge) -> None:
     target.support = _SUPPORT.get(edge.support, types_pb2.FACT_SUPPORT_CURRENT)
 
 
-def envelope(result: GraphResult) -> types_pb2.Envelope:
+def envelope(result: GraphResult, redact: Redact = lambda text: text) -> types_pb2.Envelope:
+    """The graph result as an Envelope; every name and label goes through ``redact``."""
     env = types_pb2.Envelope(grain=types_pb2.GRAIN_FACT, dropped_by_hydration=result.dropped_by_hydration)
     scope = result.scope
     if scope.mode == "as_of":
@@ -76,15 +81,15 @@ def envelope(result: GraphResult) -> types_pb2.Envelope:
     member.believed_at.CopyFrom(timestamp(scope.believed_at))
     member.identity_regime = types_pb2.IDENTITY_REGIME_CURRENT
     for node in result.nodes:
-        _node(env.nodes.add(), node)
+        _node(env.nodes.add(), node, redact)
     for path in result.paths:
         item = env.paths.add(length=path.length)
         for node in path.nodes:
-            _node(item.nodes.add(), node)
+            _node(item.nodes.add(), node, redact)
         for edge in path.edges:
-            _edge(item.edges.add(), edge)
+            _edge(item.edges.add(), edge, redact)
     for edge in result.edges:
-        _edge(env.edges.add(), edge)
+        _edge(env.edges.add(), edge, redact)
     env.freshness.pg_live_ts.CopyFrom(timestamp(result.read_at))
     env.freshness.p1_written_inline = True
     t = result.truncation
@@ -103,8 +108,14 @@ def envelope(result: GraphResult) -> types_pb2.Envelope:
 
 
 class GraphServicer:
-    def __init__(self, service: GraphService) -> None:
+    def __init__(self, service: GraphService, *,
+                 redact: Callable[[str, Caller], str] | None = None) -> None:
         self.service = service
+        self._redact = redact
+
+    def _envelope(self, result: GraphResult, caller: Caller) -> types_pb2.Envelope:
+        redact = self._redact
+        return envelope(result, (lambda text: redact(text, caller)) if redact else (lambda text: text))
 
     async def Neighborhood(self, request: graph_pb2.NeighborhoodRequest,
                            context: grpc.aio.ServicerContext) -> graph_pb2.NeighborhoodResponse:
@@ -114,8 +125,9 @@ class GraphServicer:
             limit=optional(request, "limit"), continuation=optional(request, "continuation"),
             include_paths=optional(request, "include_paths"),
         )
-        result = await self.service.neighborhood(require_caller(), query)
-        return graph_pb2.NeighborhoodResponse(envelope=envelope(result))
+        caller = require_caller()
+        result = await self.service.neighborhood(caller, query)
+        return graph_pb2.NeighborhoodResponse(envelope=self._envelope(result, caller))
 
     async def Path(self, request: graph_pb2.PathRequest,
                    context: grpc.aio.ServicerContext) -> graph_pb2.PathResponse:
@@ -124,15 +136,17 @@ class GraphServicer:
             max_hops=optional(request, "max_hops"), predicates=list(request.predicates),
             valid_at=optional(request, "valid_at"), believed_at=optional(request, "believed_at"),
         )
-        result = await self.service.path(require_caller(), query)
-        return graph_pb2.PathResponse(envelope=envelope(result))
+        caller = require_caller()
+        result = await self.service.path(caller, query)
+        return graph_pb2.PathResponse(envelope=self._envelope(result, caller))
 
     async def CitationPath(self, request: graph_pb2.CitationPathRequest,
                            context: grpc.aio.ServicerContext) -> graph_pb2.CitationPathResponse:
         query = citation_query(from_doc_id=request.from_doc_id, to_doc_id=request.to_doc_id,
                                max_hops=optional(request, "max_hops"))
-        result = await self.service.citation_path(require_caller(), query)
-        return graph_pb2.CitationPathResponse(envelope=envelope(result))
+        caller = require_caller()
+        result = await self.service.citation_path(caller, query)
+        return graph_pb2.CitationPathResponse(envelope=self._envelope(result, caller))
 
     async def ExpandEntities(self, request: graph_pb2.ExpandEntitiesRequest,
                              context: grpc.aio.ServicerContext) -> graph_pb2.ExpandEntitiesResponse:

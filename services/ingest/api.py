@@ -45,6 +45,11 @@ _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 
 
 
+# Initial metadata an upload's server sends once its options are accepted (the gateway
+# waits for it: services/gateway/frontdoor.py ACCEPTED_KEY).
+UPLOAD_ACCEPTED = "x-testament-upload-accepted"
+
+
 class IngestServicer:
     def __init__(self, service: IngestService, *, model_bindings: dict[str, str] | None = None,
                  build_revision: str = "") -> None:
@@ -69,6 +74,10 @@ class IngestServicer:
         )
 
         async def chunks() -> AsyncIterator[bytes]:
+            # Asked for bytes only once the options passed validation: say so, so a client
+            # may wait for it before sending the body (the gateway does) and so never has
+            # its refusal raced by its own writes.
+            await context.send_initial_metadata(((UPLOAD_ACCEPTED, "1"),))
             async for message in requests:
                 if message.WhichOneof("payload") != "chunk":
                     raise InvalidArgument("only the first message of an upload may carry options",

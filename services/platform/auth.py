@@ -134,6 +134,10 @@ class Authenticator:
     async def authenticate(self, header: str | None, required: Scope) -> Caller | None:
         if required is Scope.NONE:
             return None
+        return await self.identify(header, required)
+
+    async def identify(self, header: str | None, required: Scope = Scope.READ) -> Caller:
+        """The caller a header names; any scope passes when ``required`` is NONE."""
         if not await self._any_keys():
             # Open stack: the header is ignored, as RememberStack does without auth.
             if self._default_space is None:
@@ -145,6 +149,6 @@ class Authenticator:
         caller = await self._lookup.find(hash_key(key))
         if caller is None:
             raise Unauthenticated(AUTHENTICATION_FAILED, reason="AUTHENTICATION_FAILED")
-        if not allows(caller.scope, required):
+        if required is not Scope.NONE and not allows(caller.scope, required):
             raise PermissionDenied(SCOPE_TOO_NARROW, reason="SCOPE_TOO_NARROW")
         return caller

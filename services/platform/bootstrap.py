@@ -20,6 +20,9 @@ from services.platform.objectstore import ObjectStore, ObjectStoreError, build_o
 from services.platform.server import Closer, Servicer, StartupError
 from services.platform.settings import Settings
 
+# Where an open (keyless) stack may listen.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
 
 @dataclass
 class Platform:
@@ -98,13 +101,21 @@ async def open_object_store(settings: Settings, name: str) -> ObjectStore:
 
 async def open_platform(settings: Settings, name: str) -> Platform:
     db = await open_database(settings, name)
+    credentials = PgCredentials(db)
+    if settings.host not in LOOPBACK_HOSTS and not await credentials.any_keys():
+        await db.close()
+        raise StartupError(
+            f"testament-{name}: TESTAMENT_HOST={settings.host} is not a loopback address and no API key exists, "
+            "so the stack would be open to the network; create a key first (`testament keys create`)")
+    authenticator = Authenticator(credentials)
     deployment = Servicer(
         SERVICE_FULL_NAMES["deployment"],
-        DeploymentServicer(db, build_revision=settings.build_revision, model_bindings=model_bindings(settings)),
+        DeploymentServicer(db, build_revision=settings.build_revision, model_bindings=model_bindings(settings),
+                           authenticator=authenticator),
     )
     return Platform(
         db=db,
-        authenticator=Authenticator(PgCredentials(db)),
+        authenticator=authenticator,
         deployment=deployment,
         closers=[db.close],
     )

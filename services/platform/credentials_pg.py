@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from uuid import UUID
 
 from services.platform.auth import Caller, CredentialLookup, Scope, hash_key, new_key
@@ -13,11 +14,9 @@ class PgCredentials(CredentialLookup):
         self._db = db
 
     async def any_keys(self) -> bool:
-        return bool(
-            await self._db.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM credentials WHERE revoked_at IS NULL)"
-            )
-        )
+        """Whether the stack is closed: once any key was issued, every call needs a live one.
+        Revoked keys count, so revoking the last key never opens the stack again."""
+        return bool(await self._db.fetchval("SELECT EXISTS (SELECT 1 FROM credentials)"))
 
     async def find(self, key_hash: bytes) -> Caller | None:
         row = await self._db.fetchrow(
@@ -80,3 +79,44 @@ class PgCredentials(CredentialLookup):
             name,
         )
         return UUID(str(value))
+
+    async def list_keys(self, space_slug: str | None = None) -> list[dict[str, object]]:
+        """Every key (never the key itself): prefix, space, scope, principals, state."""
+        rows = await self._db.fetch(
+            """SELECT c.credential_id, c.key_prefix, s.slug AS space, c.scope, c.principals, c.trusted, c.label,
+                      c.created_at, c.revoked_at
+                 FROM credentials c JOIN spaces s USING (space_id)
+                WHERE $1::text IS NULL OR s.slug = $1
+                ORDER BY c.created_at, c.credential_id""", space_slug)
+        return [{**dict(r), "credential_id": str(r["credential_id"]), "created_at": r["created_at"].isoformat(),
+                 "revoked_at": r["revoked_at"].isoformat() if r["revoked_at"] else None} for r in rows]
+
+    async def revoke(self, credential: str) -> str | None:
+        """Revoke by credential id or by key prefix (unique); returns the id revoked, None
+        when nothing live matches. A revoked key is refused on its next request."""
+        rows = await self._db.fetch(
+            """UPDATE credentials SET revoked_at = clock_timestamp()
+                WHERE revoked_at IS NULL
+                  AND (credential_id::text = $1 OR (key_prefix = $1 AND (SELECT count(*) FROM credentials
+                                                                         WHERE key_prefix = $1) = 1))
+            RETURNING credential_id""", credential)
+        return str(rows[0]["credential_id"]) if rows else None
+
+    async def create_space(self, slug: str, name: str) -> UUID:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,62}", slug):
+            raise ValueError(f"a space slug is a lowercase letter then up to 62 of a-z, 0-9 and '-', not {slug!r}")
+        value = await self._db.fetchval(
+            "INSERT INTO spaces (slug, name) VALUES ($1, $2) ON CONFLICT (slug) DO NOTHING RETURNING space_id",
+            slug, name)
+        if value is None:
+            raise ValueError(f"a space with slug {slug!r} exists already")
+        return UUID(str(value))
+
+    async def list_spaces(self) -> list[dict[str, object]]:
+        rows = await self._db.fetch(
+            """SELECT s.space_id, s.slug, s.name, s.is_default, s.created_at,
+                      (SELECT count(*) FROM credentials c WHERE c.space_id = s.space_id AND c.revoked_at IS NULL)
+                          AS live_keys
+                 FROM spaces s ORDER BY s.created_at, s.slug""")
+        return [{**dict(r), "space_id": str(r["space_id"]), "created_at": r["created_at"].isoformat()} for r in rows]
+

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import grpc
 from testament.common.v1 import deployment_pb2
 
+from services.platform.auth import Authenticator, Scope
 from services.platform.db import Database
 from services.platform.errors import Unavailable
 
@@ -32,8 +33,10 @@ class DeploymentServicer:
         build_revision: str,
         model_bindings: Mapping[str, str] | None = None,
         tools: Mapping[str, int] | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         self._db = db
+        self._authenticator = authenticator
         self._build_revision = build_revision
         self._model_bindings = dict(model_bindings or {})
         self._tools = dict(SERVED_TOOLS if tools is None else tools)
@@ -46,6 +49,19 @@ class DeploymentServicer:
             model_bindings=self._model_bindings,
             tools=self._tools,
         )
+
+    async def Authenticate(
+        self, request: deployment_pb2.AuthenticateRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.AuthenticateResponse:
+        if self._authenticator is None:
+            raise Unavailable("this process does not check credentials", reason="NOT_SERVED")
+        header = dict(context.invocation_metadata() or ()).get("authorization")
+        caller = await self._authenticator.identify(header if isinstance(header, str) else None, Scope.NONE)
+        reply = deployment_pb2.AuthenticateResponse(open=caller.open_mode, space_id=str(caller.space_id),
+                                                    scope=caller.scope.value)
+        if caller.credential_id is not None:
+            reply.credential_id = str(caller.credential_id)
+        return reply
 
     async def CheckHealth(
         self, request: deployment_pb2.CheckHealthRequest, context: grpc.aio.ServicerContext

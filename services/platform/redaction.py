@@ -849,3 +849,22 @@ def redactor_from_settings(settings: Any) -> Redactor | None:
     if policy.is_noop:
         return None
     return Redactor(policy, secret_key=settings.redaction_key)
+
+
+def output_redaction(settings: Any, service: str) -> Callable[[str, Any], str] | None:
+    """``redact(text, caller)`` for every text a service returns, or None without a policy.
+    A bad policy stops the service naming the variable."""
+    from services.platform.server import StartupError
+
+    try:
+        redactor = redactor_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-{service}: TESTAMENT_REDACTION_POLICY: {exc}") from None
+    if redactor is None:
+        return None
+
+    def redact(text: str, caller: Any) -> str:
+        return redactor.redact_output(text, caller.principals).text
+
+    return redact
+

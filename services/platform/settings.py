@@ -87,6 +87,16 @@ class Settings(BaseSettings):
     # --- product ------------------------------------------------------------------
     build_revision: str = ""
     ingest_body_max_bytes: int | None = Field(default=None, ge=1)
+    # --- the gateway's front door (0 = off for each admission limit) ---------------------
+    admission_key_per_minute: int = Field(default=0, ge=0, description="Requests per minute per key (burst 1/4).")
+    admission_key_in_flight: int = Field(default=0, ge=0, description="Requests in flight per key.")
+    admission_space_per_minute: int = Field(default=0, ge=0, description="Requests per minute per space.")
+    admission_space_in_flight: int = Field(default=0, ge=0, description="Requests in flight per space.")
+    gateway_max_in_flight: int = Field(default=1024, ge=1, description="All requests in flight; then 503.")
+    http_header_max_bytes: int = Field(default=16384, ge=1024, description="Request headers; larger is 431.")
+    http_body_max_bytes: int = Field(default=16 << 20, ge=1024, description="JSON bodies; larger is 413.")
+    http_body_timeout_s: float = Field(default=30.0, gt=0, description="Idle time between body chunks; then 408.")
+    cors_origins: str = Field(default="", description="Comma list of exact browser origins; empty = CORS off.")
     trusted_principal_source: bool = False
     conversion_routes: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ROUTES),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from services.platform.auth import Caller
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
-from services.platform.redaction import redactor_from_settings
+from services.platform.redaction import output_redaction
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
 from services.retrieval.api import RetrievalServicer
@@ -22,15 +21,8 @@ async def build(settings: Settings) -> ServiceSpec:
         embedder = provider_from_settings(settings)
     except ValueError as exc:
         raise StartupError(f"testament-retrieval: {exc}") from None
-    try:
-        redactor = redactor_from_settings(settings)
-    except ValueError as exc:
-        raise StartupError(f"testament-retrieval: TESTAMENT_REDACTION_POLICY: {exc}") from None
+    redact = output_redaction(settings, "retrieval")
     graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
-    redact = None
-    if redactor is not None:
-        def redact(text: str, caller: Caller) -> str:
-            return redactor.redact_output(text, caller.principals).text
     retrieval = Retrieval(platform.db, embedder, graph, redact=redact)
     assert settings.database_url is not None
     changes = ChangeFeed(platform.db, settings.database_url, redact or (lambda text, caller: text))

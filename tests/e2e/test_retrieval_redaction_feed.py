@@ -22,7 +22,11 @@ from tests.support import run_service
 POLICY = {"rules": [
     {"name": "email", "detector": "email", "action": "mask", "apply_at": "output", "unless": ["hr"]},
     {"name": "ssn", "detector": "ssn", "action": "mask", "apply_at": "ingest"},
+    {"name": "codename", "pattern": "Blackbird", "action": "mask", "apply_at": "output", "unless": ["hr"]},
 ]}
+
+
+GRAPH: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +51,9 @@ def stack(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeli
     with ExitStack() as stack:
         ingest = stack.enter_context(run_service("ingest", dsn, tmp, **env))
         pipeline = stack.enter_context(run_service("pipeline", dsn, tmp, **env))
-        retrieval = stack.enter_context(run_service("retrieval", dsn, tmp, **env))
+        graph = stack.enter_context(run_service("graph", dsn, tmp, **env))
+        retrieval = stack.enter_context(run_service("retrieval", dsn, tmp, TESTAMENT_GRAPH_ADDR=graph.address, **env))
+        GRAPH["address"] = graph.address
         yield Pipeline(dsn, ingest.address, pipeline.address, tmp), retrieval.address, issued
 
 
@@ -98,6 +104,33 @@ def test_output_redaction_masks_unless_the_caller_is_exempt(stack) -> None:
     assert staff and all("ravi@example.com" not in text for text in staff)
     assert any("[EMAIL]" in text for text in staff)
     assert any("ravi@example.com" in text for text in hr)
+
+
+def test_graph_routes_redact_names_and_labels_too(stack) -> None:
+    from testament.graph.v1 import graph_pb2, graph_pb2_grpc
+
+    pipeline, retrieval, keys = stack
+    version = _upload(pipeline, keys["admin"], b"# Escalation\n\nDana Kim owns Project Blackbird.\n",
+                      "escalation.md")
+    _wait(pipeline, keys["admin"], version)
+
+    def texts(key: str) -> list[str]:
+        auth = [("authorization", f"Bearer {key}")]
+        with grpc.insecure_channel(retrieval) as channel:
+            found = retrieval_pb2_grpc.RetrievalServiceStub(channel).Resolve(
+                retrieval_pb2.ResolveRequest(name="Dana Kim"), metadata=auth, timeout=10)
+        dana = found.envelope.entities[0].entity_id
+        with grpc.insecure_channel(GRAPH["address"]) as channel:
+            env = graph_pb2_grpc.GraphServiceStub(channel).Neighborhood(
+                graph_pb2.NeighborhoodRequest(entity_id=dana, hops=1, include_paths=True), metadata=auth,
+                timeout=10).envelope
+        return ([n.name for n in env.nodes] + [e.fact for e in env.edges]
+                + [n.name for p in env.paths for n in p.nodes] + [e.fact for p in env.paths for e in p.edges])
+
+    hr, staff = texts(keys["hr"]), texts(keys["staff"])
+    assert any("Blackbird" in t for t in hr), hr  # the exempt principal sees it
+    assert staff and not any("Blackbird" in t for t in staff), staff
+    assert any("[CODENAME]" in t for t in staff), staff
 
 
 def test_ingest_redaction_never_stores_the_value(stack) -> None:

@@ -19,6 +19,59 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class AuthenticateRequest(_message.Message):
+    """AuthenticateRequest: the credential travels as `authorization` metadata."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthenticateRequest: _TypeAlias = AuthenticateRequest  # noqa: Y015
+
+@_typing.final
+class AuthenticateResponse(_message.Message):
+    """AuthenticateResponse: the caller, without anything secret."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_FIELD_NUMBER: _builtins.int
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    open: _builtins.bool
+    """True when no key exists and the stack is open."""
+    space_id: _builtins.str
+    """The space (deployment) the caller is confined to."""
+    credential_id: _builtins.str
+    """The credential; unset on an open stack."""
+    scope: _builtins.str
+    """read | ingest | write."""
+    def __init__(
+        self,
+        *,
+        open: _builtins.bool = ...,
+        space_id: _builtins.str = ...,
+        credential_id: _builtins.str | None = ...,
+        scope: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_credential_id", b"_credential_id", "credential_id", b"credential_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_credential_id", b"_credential_id", "credential_id", b"credential_id", "open", b"open", "scope", b"scope", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__credential_id: _TypeAlias = _typing.Literal["credential_id"]  # noqa: Y015
+    _WhichOneofArgType__credential_id: _TypeAlias = _typing.Literal["_credential_id", b"_credential_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__credential_id) -> _WhichOneofReturnType__credential_id | None: ...
+
+Global___AuthenticateResponse: _TypeAlias = AuthenticateResponse  # noqa: Y015
+
+@_typing.final
 class GetDeploymentRequest(_message.Message):
     """GetDeploymentRequest takes no arguments (GET /deployment has no parameters)."""
 

@@ -54,6 +54,11 @@ class DeploymentServiceStub:
                 request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthRequest.SerializeToString,
                 response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthResponse.FromString,
                 _registered_method=True)
+        self.Authenticate = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/Authenticate',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
 
 
 class DeploymentServiceServicer:
@@ -91,6 +96,19 @@ class DeploymentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Authenticate(self, request, context):
+        """Who the caller's `authorization` metadata says they are (gRPC only, no
+        HTTP route). The gateway asks before routing, so an unknown path answers
+        401 before 404 and admission limits count per key and per space. Any
+        valid key passes whatever its scope; an open stack (no key exists) names
+        the default space.
+        Errors: 401 `a perimeter credential is required` / `perimeter
+        authentication failed` (UNAUTHENTICATED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeploymentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +121,11 @@ def add_DeploymentServiceServicer_to_server(servicer, server):
                     servicer.CheckHealth,
                     request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthRequest.FromString,
                     response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthResponse.SerializeToString,
+            ),
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -169,6 +192,33 @@ class DeploymentService:
             '/testament.common.v1.DeploymentService/CheckHealth',
             testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthRequest.SerializeToString,
             testament_dot_common_dot_v1_dot_deployment__pb2.CheckHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/Authenticate',
+            testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,15 @@ class DeploymentServiceStub:
     the gRPC health service reports NOT_SERVING); 503
     {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
     """
+    Authenticate: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.AuthenticateRequest, _deployment_pb2.AuthenticateResponse]
+    """Who the caller's `authorization` metadata says they are (gRPC only, no
+    HTTP route). The gateway asks before routing, so an unknown path answers
+    401 before 404 and admission limits count per key and per space. Any
+    valid key passes whatever its scope; an open stack (no key exists) names
+    the default space.
+    Errors: 401 `a perimeter credential is required` / `perimeter
+    authentication failed` (UNAUTHENTICATED).
+    """
 
 @_typing.type_check_only
 class DeploymentServiceAsyncStub(DeploymentServiceStub):
@@ -86,6 +95,15 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
     the gRPC health service reports NOT_SERVING); 503
     {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+    """
+    Authenticate: _aio.UnaryUnaryMultiCallable[_deployment_pb2.AuthenticateRequest, _deployment_pb2.AuthenticateResponse]  # type: ignore[assignment]
+    """Who the caller's `authorization` metadata says they are (gRPC only, no
+    HTTP route). The gateway asks before routing, so an unknown path answers
+    401 before 404 and admission limits count per key and per space. Any
+    valid key passes whatever its scope; an open stack (no key exists) names
+    the default space.
+    Errors: 401 `a perimeter credential is required` / `perimeter
+    authentication failed` (UNAUTHENTICATED).
     """
 
 class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -125,6 +143,21 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
         the gRPC health service reports NOT_SERVING); 503
         {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+        """
+
+    @_abc_1.abstractmethod
+    def Authenticate(
+        self,
+        request: _deployment_pb2.AuthenticateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.AuthenticateResponse, _abc.Awaitable[_deployment_pb2.AuthenticateResponse]]:
+        """Who the caller's `authorization` metadata says they are (gRPC only, no
+        HTTP route). The gateway asks before routing, so an unknown path answers
+        401 before 404 and admission limits count per key and per space. Any
+        valid key passes whatever its scope; an open stack (no key exists) names
+        the default space.
+        Errors: 401 `a perimeter credential is required` / `perimeter
+        authentication failed` (UNAUTHENTICATED).
         """
 
 def add_DeploymentServiceServicer_to_server(servicer: DeploymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

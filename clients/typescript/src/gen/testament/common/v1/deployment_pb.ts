@@ -12,7 +12,64 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/common/v1/deployment.proto.
  */
 export const file_testament_common_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFgoUR2V0RGVwbG95bWVudFJlcXVlc3Qi+gIKFUdldERlcGxveW1lbnRSZXNwb25zZRIWCg5idWlsZF9yZXZpc2lvbhgBIAEoCRJVCg5tb2RlbF9iaW5kaW5ncxgCIAMoCzI9LnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlLk1vZGVsQmluZGluZ3NFbnRyeRIoChtkb2N1bWVudF9iaW5kaW5nX2dlbmVyYXRpb24YAyABKAlIAIgBARJECgV0b29scxgEIAMoCzI1LnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlLlRvb2xzRW50cnkaNAoSTW9kZWxCaW5kaW5nc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKVG9vbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAU6AjgBQh4KHF9kb2N1bWVudF9iaW5kaW5nX2dlbmVyYXRpb24iFAoSQ2hlY2tIZWFsdGhSZXF1ZXN0IiUKE0NoZWNrSGVhbHRoUmVzcG9uc2USDgoGc3RhdHVzGAEgASgJMowCChFEZXBsb3ltZW50U2VydmljZRJ/Cg1HZXREZXBsb3ltZW50EikudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVxdWVzdBoqLnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlIheItRgCgtPkkwINEgsvZGVwbG95bWVudBJ2CgtDaGVja0hlYWx0aBInLnRlc3RhbWVudC5jb21tb24udjEuQ2hlY2tIZWFsdGhSZXF1ZXN0GigudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlc3BvbnNlIhSItRgBgtPkkwIKEggvaGVhbHRoemIGcHJvdG8z", [file_google_api_annotations, file_testament_common_v1_options]);
+  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAky9wIKEURlcGxveW1lbnRTZXJ2aWNlEn8KDUdldERlcGxveW1lbnQSKS50ZXN0YW1lbnQuY29tbW9uLnYxLkdldERlcGxveW1lbnRSZXF1ZXN0GioudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UiF4i1GAKC0+STAg0SCy9kZXBsb3ltZW50EnYKC0NoZWNrSGVhbHRoEicudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlcXVlc3QaKC50ZXN0YW1lbnQuY29tbW9uLnYxLkNoZWNrSGVhbHRoUmVzcG9uc2UiFIi1GAGC0+STAgoSCC9oZWFsdGh6EmkKDEF1dGhlbnRpY2F0ZRIoLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVxdWVzdBopLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_api_annotations, file_testament_common_v1_options]);
+
+/**
+ * AuthenticateRequest: the credential travels as `authorization` metadata.
+ *
+ * @generated from message testament.common.v1.AuthenticateRequest
+ */
+export type AuthenticateRequest = Message<"testament.common.v1.AuthenticateRequest"> & {
+};
+
+/**
+ * Describes the message testament.common.v1.AuthenticateRequest.
+ * Use `create(AuthenticateRequestSchema)` to create a new message.
+ */
+export const AuthenticateRequestSchema: GenMessage<AuthenticateRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 0);
+
+/**
+ * AuthenticateResponse: the caller, without anything secret.
+ *
+ * @generated from message testament.common.v1.AuthenticateResponse
+ */
+export type AuthenticateResponse = Message<"testament.common.v1.AuthenticateResponse"> & {
+  /**
+   * True when no key exists and the stack is open.
+   *
+   * @generated from field: bool open = 1;
+   */
+  open: boolean;
+
+  /**
+   * The space (deployment) the caller is confined to.
+   *
+   * @generated from field: string space_id = 2;
+   */
+  spaceId: string;
+
+  /**
+   * The credential; unset on an open stack.
+   *
+   * @generated from field: optional string credential_id = 3;
+   */
+  credentialId?: string | undefined;
+
+  /**
+   * read | ingest | write.
+   *
+   * @generated from field: string scope = 4;
+   */
+  scope: string;
+};
+
+/**
+ * Describes the message testament.common.v1.AuthenticateResponse.
+ * Use `create(AuthenticateResponseSchema)` to create a new message.
+ */
+export const AuthenticateResponseSchema: GenMessage<AuthenticateResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 1);
 
 /**
  * GetDeploymentRequest takes no arguments (GET /deployment has no parameters).
@@ -27,7 +84,7 @@ export type GetDeploymentRequest = Message<"testament.common.v1.GetDeploymentReq
  * Use `create(GetDeploymentRequestSchema)` to create a new message.
  */
 export const GetDeploymentRequestSchema: GenMessage<GetDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_testament_common_v1_deployment, 0);
+  messageDesc(file_testament_common_v1_deployment, 2);
 
 /**
  * GetDeploymentResponse is RememberStack's DeploymentBuildInfo.
@@ -77,7 +134,7 @@ export type GetDeploymentResponse = Message<"testament.common.v1.GetDeploymentRe
  * Use `create(GetDeploymentResponseSchema)` to create a new message.
  */
 export const GetDeploymentResponseSchema: GenMessage<GetDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_testament_common_v1_deployment, 1);
+  messageDesc(file_testament_common_v1_deployment, 3);
 
 /**
  * CheckHealthRequest takes no arguments.
@@ -92,7 +149,7 @@ export type CheckHealthRequest = Message<"testament.common.v1.CheckHealthRequest
  * Use `create(CheckHealthRequestSchema)` to create a new message.
  */
 export const CheckHealthRequestSchema: GenMessage<CheckHealthRequest> = /*@__PURE__*/
-  messageDesc(file_testament_common_v1_deployment, 2);
+  messageDesc(file_testament_common_v1_deployment, 4);
 
 /**
  * CheckHealthResponse is `{"status":"ok"}`.
@@ -113,7 +170,7 @@ export type CheckHealthResponse = Message<"testament.common.v1.CheckHealthRespon
  * Use `create(CheckHealthResponseSchema)` to create a new message.
  */
 export const CheckHealthResponseSchema: GenMessage<CheckHealthResponse> = /*@__PURE__*/
-  messageDesc(file_testament_common_v1_deployment, 3);
+  messageDesc(file_testament_common_v1_deployment, 5);
 
 /**
  * DeploymentService reports what code and models serve this deployment, and
@@ -157,6 +214,22 @@ export const DeploymentService: GenService<{
     methodKind: "unary";
     input: typeof CheckHealthRequestSchema;
     output: typeof CheckHealthResponseSchema;
+  },
+  /**
+   * Who the caller's `authorization` metadata says they are (gRPC only, no
+   * HTTP route). The gateway asks before routing, so an unknown path answers
+   * 401 before 404 and admission limits count per key and per space. Any
+   * valid key passes whatever its scope; an open stack (no key exists) names
+   * the default space.
+   * Errors: 401 `a perimeter credential is required` / `perimeter
+   * authentication failed` (UNAUTHENTICATED).
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.Authenticate
+   */
+  authenticate: {
+    methodKind: "unary";
+    input: typeof AuthenticateRequestSchema;
+    output: typeof AuthenticateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_testament_common_v1_deployment, 0);
