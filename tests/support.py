@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,3 +137,20 @@ def shared_entity_document(rng: random.Random) -> str:
         )))
         lines.append("")
     return "\n".join(lines)
+
+
+@contextmanager
+def gateway_stack(dsn: str, tmp: Path, services: Sequence[str] = ("ingest", "pipeline", "retrieval"),
+                  **env: str) -> Iterator[tuple[str, Proc, dict[str, Proc]]]:
+    """The graph service, the named services (pointed at it) and the gateway in front of
+    them all, as real processes. Yields the gateway's base URL, its process and the rest."""
+    from contextlib import ExitStack
+
+    env = {"TESTAMENT_DATA_DIR": str(tmp), "TESTAMENT_WORKER_POLL_S": "0.3", **env}
+    with ExitStack() as stack:
+        graph = stack.enter_context(run_service("graph", dsn, tmp, **env))
+        procs = {"graph": graph}
+        for name in services:
+            procs[name] = stack.enter_context(run_service(name, dsn, tmp, TESTAMENT_GRAPH_ADDR=graph.address, **env))
+        gateway = stack.enter_context(run_gateway(dsn, tmp, **{n: p.address for n, p in procs.items()}))
+        yield f"http://127.0.0.1:{gateway.extra['http']}", gateway, procs

@@ -12,7 +12,6 @@ import base64
 import json
 import struct
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import httpx
@@ -25,7 +24,7 @@ from testament.pipeline.v1 import pipeline_pb2
 from testament.retrieval.v1 import retrieval_pb2
 
 from tests.conftest import clone_database
-from tests.support import run_gateway, run_service
+from tests.support import gateway_stack
 
 NOTE = b"# Kickoff\n\nRavi Shanker owns the billing exporter.\n"
 INGEST = "/testament.ingest.v1.IngestService"
@@ -40,18 +39,9 @@ class Door:
 
 @pytest.fixture(scope="module")
 def door(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
-    dsn = clone_database(pg)
-    tmp = tmp_path_factory.mktemp("front-door")
-    env = {"TESTAMENT_DATA_DIR": str(tmp), "TESTAMENT_WORKER_POLL_S": "0.3"}
-    with ExitStack() as stack:
-        procs = {name: stack.enter_context(run_service(name, dsn, tmp, **env)) for name in ("pipeline", "graph")}
-        graph = {"TESTAMENT_GRAPH_ADDR": procs["graph"].address}
-        procs["ingest"] = stack.enter_context(run_service("ingest", dsn, tmp, **graph, **env))
-        retrieval = stack.enter_context(run_service("retrieval", dsn, tmp, **graph, **env))
-        gateway = stack.enter_context(run_gateway(dsn, tmp, ingest=procs["ingest"].address,
-                                                  pipeline=procs["pipeline"].address, graph=procs["graph"].address,
-                                                  retrieval=retrieval.address))
-        yield Door(f"http://127.0.0.1:{gateway.extra['http']}", gateway.address)
+    with gateway_stack(clone_database(pg), tmp_path_factory.mktemp("front-door"),
+                       ("ingest", "pipeline", "retrieval")) as (url, gateway, _):
+        yield Door(url, gateway.address)
 
 
 def frame(payload: bytes, flags: int = 0) -> bytes:

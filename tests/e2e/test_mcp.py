@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -19,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from services.platform.server import free_ports
 from tests.conftest import clone_database
-from tests.support import REPO, run_gateway, run_service, service_env
+from tests.support import REPO, gateway_stack, service_env
 
 RS_TOOLS = ["ingest", "pipeline_readiness", "delete_document", "resolve_entity", "claims_and_sources_context",
             "facts_context", "combined_context"]
@@ -33,15 +32,7 @@ DSN: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def base(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     dsn = DSN["dsn"] = clone_database(pg)
-    tmp = tmp_path_factory.mktemp("mcp")
-    env = {"TESTAMENT_DATA_DIR": str(tmp), "TESTAMENT_WORKER_POLL_S": "0.3"}
-    with ExitStack() as stack:
-        graph = stack.enter_context(run_service("graph", dsn, tmp, **env))
-        procs = {name: stack.enter_context(run_service(name, dsn, tmp, TESTAMENT_GRAPH_ADDR=graph.address, **env))
-                 for name in ("ingest", "pipeline", "retrieval")}
-        gateway = stack.enter_context(run_gateway(dsn, tmp, graph=graph.address, **{
-            name: p.address for name, p in procs.items()}))
-        url = f"http://127.0.0.1:{gateway.extra['http']}"
+    with gateway_stack(dsn, tmp_path_factory.mktemp("mcp")) as (url, _, _):
         reply = httpx.post(f"{url}/ingest", params={"filename": "kickoff.md", "mime": "text/markdown",
                                                     "source_kind": "file", "source_ref": "mcp/kickoff"},
                            content=NOTE.encode(), timeout=30).json()

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -15,23 +14,15 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import clone_database
-from tests.support import run_gateway, run_service
+from tests.support import gateway_stack
 
 EXAMPLES = os.environ.get("TESTAMENT_FUZZ_EXAMPLES", "8")
 
 
 @pytest.fixture(scope="module")
 def base(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    dsn = clone_database(pg)
-    tmp = tmp_path_factory.mktemp("openapi")
-    env = {"TESTAMENT_DATA_DIR": str(tmp), "TESTAMENT_WORKER_POLL_S": "0.3"}
-    with ExitStack() as stack:
-        graph = stack.enter_context(run_service("graph", dsn, tmp, **env))
-        procs = {name: stack.enter_context(run_service(name, dsn, tmp, TESTAMENT_GRAPH_ADDR=graph.address, **env))
-                 for name in ("ingest", "pipeline", "retrieval", "queryspace")}
-        gateway = stack.enter_context(run_gateway(dsn, tmp, graph=graph.address, **{
-            name: p.address for name, p in procs.items()}))
-        url = f"http://127.0.0.1:{gateway.extra['http']}"
+    with gateway_stack(clone_database(pg), tmp_path_factory.mktemp("openapi"),
+                       ("ingest", "pipeline", "retrieval", "queryspace")) as (url, _, _):
         httpx.post(f"{url}/ingest", params={"filename": "a.md", "mime": "text/markdown"},
                    content=b"# Notes\n\nRavi owns the exporter.\n", timeout=30)
         yield url

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ from services.platform.auth import Scope, allows
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from tests.conftest import clone_database
-from tests.support import run_gateway, run_service
+from tests.support import gateway_stack
 
 ROUTES = sorted(routes_for([contract.service(s) for s in contract.SERVICE_FULL_NAMES.values()]),
                 key=lambda r: (r.template, r.http_method))
@@ -47,14 +46,8 @@ def stack(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, d
             await db.close()
 
     issued = asyncio.run(keys())
-    env = {"TESTAMENT_DATA_DIR": str(tmp)}
-    with ExitStack() as es:
-        graph = es.enter_context(run_service("graph", dsn, tmp, **env))
-        procs = {name: es.enter_context(run_service(name, dsn, tmp, TESTAMENT_GRAPH_ADDR=graph.address, **env))
-                 for name in ("ingest", "pipeline", "retrieval", "queryspace")}
-        gateway = es.enter_context(run_gateway(dsn, tmp, graph=graph.address,
-                                               **{n: p.address for n, p in procs.items()}))
-        yield f"http://127.0.0.1:{gateway.extra['http']}", issued
+    with gateway_stack(dsn, tmp, ("ingest", "pipeline", "retrieval", "queryspace")) as (url, _, _):
+        yield url, issued
 
 
 def _request(route, base: str, headers: dict[str, str]) -> httpx.Response:  # type: ignore[no-untyped-def]
