@@ -215,7 +215,7 @@ class PgQuerySpace:
                 DeadlineSpent) as exc:
             raise failure(exc) from None
 
-    async def run(self, conn: asyncpg.Connection, sql: str, parameters: Sequence[Any], extra: Sequence[str], *,
+    async def run(self, conn: asyncpg.Connection, sql: str, parameters: Sequence[Any], extra: Sequence[Any], *,
                   probe: int, timeout_s: float) -> Fetched:
         """Prepare and run the statement as the query-space role; fetch at most ``probe`` rows."""
         try:

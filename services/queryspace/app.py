@@ -243,7 +243,7 @@ class QuerySpace:
     async def _execute(self, caller: Caller, request: Request, admitted: Admitted, evaluated: list[Resolved],
                        result: dict[str, Any], row_cap: int, byte_cap: int, timeout_ms: int) -> None:
         async with self.store.sandbox(caller, self.tier.settings(timeout_ms)) as conn:
-            extra: list[str] = []
+            extra: list[Any] = []
             body_bytes = [0]
             for r in evaluated:
                 if request.explain:

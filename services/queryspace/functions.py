@@ -457,13 +457,24 @@ def substitute(call: PublicCall, param_index: int) -> None:
     under the call's alias (column aliases carry over positionally)."""
     fn = FUNCTIONS[call.name]
     text = f"SELECT * FROM pg_catalog.jsonb_to_recordset(${param_index}::jsonb) AS _r({_coldefs(fn)})"
+    # The call's own placeholders leave the text with it; each keeps one typed mention (its
+    # cast, else the declared argument type) so the statement still binds every parameter.
+    names = [a.split(" ", 1) for a in (*fn.required, *fn.optional)]
+    kept = []
+    for i, a in enumerate(call.arguments):
+        if a.param is not None:
+            declared = dict(names).get(a.name or "", None) if a.name else (names[i][1] if i < len(names) else "text")
+            kept.append(f"(${a.param}::{a.cast or declared or 'text'} IS NULL OR true)")
+    if kept:
+        text += " WHERE " + " AND ".join(kept)
     subquery = parse_sql(text)[0].stmt
     alias = call.alias if call.alias is not None else ast.Alias(aliasname=call.name)
     call.replace(ast.RangeSubselect(lateral=False, subquery=subquery, alias=alias))
 
 
-def payload(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, default=str)
+def payload(rows: list[dict[str, Any]]) -> Any:
+    """The rows as a JSON value for the jsonb parameter (the pool's codec encodes it)."""
+    return json.loads(json.dumps(rows, default=str))
 
 
 def digest(text: str) -> str:  # pragma: no cover - kept for the hash check of chunk bodies

@@ -309,7 +309,7 @@ class _Walker:
         elif not top:
             placement = ("public functions may only be FROM items of the top-level statement or of a top-level "
                          "CTE body")
-        elif any(f[1] for f in functions):
+        elif any(f[1] for f in functions) or node.coldeflist:
             placement = "public functions take no column definition list"
         if placement is not None:
             self.refuse(_PLACEMENT, f"{names[0]}: {placement}")

@@ -168,3 +168,243 @@ def test_the_role_cannot_read_base_tables_even_past_the_guard(qs: Harness) -> No
                 return exc.code + ":" + exc.message
         return "read"
     assert qs.loop.run_until_complete(probe()) == "execution_error:the statement reached outside the query space"
+
+
+def _space_entity(qs: Harness, name: str) -> str:
+    rows = qs.rows("SELECT entity_id FROM entities_current WHERE canonical_name = $1", name)
+    assert rows, name
+    return rows[0][0]
+
+
+def test_hostile_statements_never_reach_the_database(pg, loaded: str) -> None:
+    from tests.unit.test_queryspace_guard import CORPUS
+    name = loaded.rsplit("/", 1)[1]
+    pg._psql("postgres", f'ALTER DATABASE "{name}" SET log_statement = \'all\'')
+    harness = Harness(loaded)
+    marker = uuid.uuid4().hex
+    try:
+        for sql, params, code in CORPUS:
+            result = harness.sql(f"{sql}\n-- hostile {marker}", *params)
+            assert result["termination_reason"] == "rejected", sql[:100]
+            assert result["error_code"] == code, (sql[:100], result["error_message"])
+            assert result["empty_result"] and result["rows"] == [] and result["pg_snapshot_at"] is None
+        control = harness.sql(f"SELECT 1\n-- benign {marker}")
+        assert control["termination_reason"] == "completed"
+    finally:
+        harness.close()
+        pg._psql("postgres", f'ALTER DATABASE "{name}" RESET log_statement')
+    log = (pg.data_dir / "server.log").read_text(errors="replace")
+    assert f"benign {marker}" in log  # statements are logged...
+    assert f"hostile {marker}" not in log  # ...and not one hostile statement got there
+
+
+def test_generated_admissible_statements_run(qs: Harness) -> None:
+    import random
+
+    from tests.unit.test_queryspace_guard import generate
+    rng = random.Random(11)
+    for _ in range(120):
+        sql = generate(rng)
+        result = qs.sql(sql)
+        assert result["termination_reason"] == "completed", (sql, result["error_message"])
+
+
+def test_truncation_is_exact_and_caps_clamp(qs: Harness) -> None:
+    total = len(qs.rows("SELECT claim_id FROM claims_live"))
+    assert total > 3
+    cut = qs.sql("SELECT claim_id FROM claims_live ORDER BY claim_id", max_rows=2)
+    assert cut["truncated"] and cut["truncation_reason"] == "row_cap" and cut["returned_row_count"] == 2
+    assert cut["ordered_result"]
+    exact = qs.sql("SELECT claim_id FROM claims_live", max_rows=total)
+    assert not exact["truncated"] and exact["returned_row_count"] == total  # count == limit is not truncation
+    none = qs.sql("SELECT claim_id FROM claims_live", max_rows=0)
+    assert none["truncated"] and none["rows"] == [] and none["empty_result"]
+    clamped = qs.sql("SELECT 1", max_rows=5000)
+    assert clamped["limits"]["row_cap"] == 1000 and clamped["termination_reason"] == "completed"
+    one_row = len(json_row(qs.rows("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id LIMIT 1")[0]))
+    small = qs.sql("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id", max_bytes=one_row * 2 + 3)
+    assert small["truncation_reason"] == "byte_cap" and 1 <= small["returned_row_count"] <= 2
+    assert small["returned_byte_count"] <= one_row * 2 + 3
+
+
+def json_row(row: list[Any]) -> str:
+    import json
+    return json.dumps(row, separators=(",", ":"))
+
+
+def test_cells_are_encoded_by_sql_type(qs: Harness) -> None:
+    result = qs.sql("""SELECT 1::int4, 9007199254740993::int8, 1.5::float8, 'NaN'::float8, '-inf'::float8,
+                              12345678901234567890.5::numeric, true, NULL::text,
+                              '2026-01-01T10:00:00+02:00'::timestamptz, interval '1 day 2 hours',
+                              '{"a": [1, null]}'::jsonb, ARRAY[1, 2]::int8[],
+                              '00000000-0000-0000-0000-000000000001'::uuid,
+                              '2026-01-01'::date""")
+    assert result["termination_reason"] == "completed", result["error_message"]
+    assert result["rows"] == [[1, "9007199254740993", 1.5, "NaN", "-inf", "12345678901234567890.5", True, None,
+                               "2026-01-01T08:00:00+00:00", "P1DT2H", {"a": [1, None]}, ["1", "2"],
+                               "00000000-0000-0000-0000-000000000001", "2026-01-01"]]
+    types = [c["type"] for c in result["columns"]]
+    assert types[:3] == ["integer", "bigint", "double precision"] and types[8] == "timestamp with time zone"
+    assert types[11] == "bigint[]" and all(c["nullable"] for c in result["columns"])
+
+
+def test_failures_and_rejections_are_results(qs: Harness) -> None:
+    bad_cast = qs.sql("SELECT claim_text::uuid FROM claims_live")
+    assert bad_cast["termination_reason"] == "failed" and bad_cast["error_code"] == "execution_error"
+    assert "Ravi" not in bad_cast["error_message"]  # never echoes row data
+    wrong_count = qs.sql("SELECT $1::text", "a", "b")
+    assert wrong_count["termination_reason"] == "rejected" and wrong_count["error_code"] == "invalid_parameter"
+    bad_param = qs.sql("SELECT $1::timestamptz", "not a time")
+    assert bad_param["termination_reason"] == "failed" and bad_param["error_code"] == "execution_error"
+    bad_filter = qs.sql("SELECT * FROM lexical_claims('ravi', 5, '{\"colour\": 1}')")
+    assert bad_filter["termination_reason"] == "failed" and bad_filter["error_code"] == "invalid_parameter"
+    slow = qs.sql("WITH RECURSIVE r AS (SELECT 0 AS depth UNION ALL SELECT depth + 1 FROM r, claims_live c, "
+                  "claims_live d, claims_live e WHERE depth < 6) SELECT count(*) FROM r", statement_timeout_ms=50)
+    assert slow["error_code"] in ("statement_timeout", "resource_limit"), slow["error_message"]
+
+
+def test_evaluated_at_only_for_single_instant_views(qs: Harness) -> None:
+    single = qs.sql("SELECT count(*) FROM facts_current f JOIN graph_edges_current g ON g.relation_id = f.fact_id")
+    assert single["evaluated_at"] is not None and single["evaluated_at"] == single["pg_snapshot_at"]
+    mixed = qs.sql("SELECT count(*) FROM facts_current, claims_live")
+    assert mixed["evaluated_at"] is None
+
+
+def test_explain_returns_one_plan_row_and_calls_no_search(qs: Harness) -> None:
+    result = qs.sql("SELECT * FROM lexical_claims('billing', 5) l JOIN claims_live c ON c.claim_id = l.claim_id",
+                    explain=True)
+    assert result["termination_reason"] == "completed", result["error_message"]
+    assert result["returned_row_count"] == 1 and result["semantic_invocations"] == []
+    plan = result["rows"][0][0]
+    assert isinstance(plan, list) and "Plan" in plan[0]
+
+
+def test_search_functions_confirm_through_the_views(qs: Harness) -> None:
+    result = qs.sql("SELECT l.rank, l.claim_text, l.channel FROM lexical_claims('billing migration', 10) l "
+                    "ORDER BY l.rank")
+    assert result["termination_reason"] == "completed", result["error_message"]
+    assert result["rows"] and all("billing" in r[1].lower() or "migration" in r[1].lower() for r in result["rows"])
+    invocation = result["semantic_invocations"][0]
+    assert invocation["function"] == "lexical_claims" and invocation["confirmed"] == len(result["rows"])
+    hidden = qs.sql("SELECT claim_text FROM lexical_claims('ledger budget', 10)", principals=["engineering"])
+    assert not any("Mira" in r[0] for r in hidden["rows"])
+    semantic = qs.sql("SELECT s.claim_id FROM semantic_claims('who owns the invoice exporter', 5) s")
+    assert semantic["termination_reason"] == "completed", semantic["error_message"]
+    assert semantic["semantic_invocations"][0]["embedder_generation"]
+    chunks = qs.rows("SELECT chunk_id FROM lexical_chunks('invoice exporter', 3)")
+    assert chunks
+    bodies = qs.sql("SELECT input_ordinal, source_text FROM fetch_chunk_bodies($1::uuid[])", [chunks[0][0]])
+    assert bodies["termination_reason"] == "completed", bodies["error_message"]
+    assert "exporter" in bodies["rows"][0][1]
+    too_many = qs.sql("SELECT * FROM lexical_claims('a', 100), lexical_claims('b', 100), lexical_chunks('c', 10)")
+    assert too_many["error_code"] == "quota_exceeded" and too_many["termination_reason"] == "rejected"
+
+
+def test_graph_functions_need_the_callers_deployment(qs: Harness) -> None:
+    ravi = _space_entity(qs, "Ravi")
+    result = qs.sql("SELECT row_kind, hops, node_ids FROM graph_neighborhood($1::uuid, $2::uuid, 2)",
+                    str(qs.space), ravi)
+    assert result["termination_reason"] == "completed", result["error_message"]
+    assert result["rows"] and all(r[2][0] == ravi for r in result["rows"])
+    assert result["graph_invocations"][0]["function"] == "graph_neighborhood"
+    assert result["limits"]["statement_timeout_ms"] == 5000
+    other = qs.sql("SELECT * FROM graph_neighborhood($1::uuid, $2::uuid)", str(uuid.uuid4()), ravi)
+    assert other["error_code"] == "invalid_parameter" and other["termination_reason"] == "rejected"
+
+
+def test_the_eighteen_examples_run_with_their_semantics(qs: Harness) -> None:
+    listed = qs.loop.run_until_complete(qs.service.list_saved(qs.caller(), "examples", None))
+    assert len(listed) == 18 and all(r["origin"] == "shipped_example" and r["status"] == "active" for r in listed)
+    ravi, dana = _space_entity(qs, "Ravi"), _space_entity(qs, "Dana")
+
+    def run(name: str, *params: Any) -> dict[str, Any]:
+        result = qs.loop.run_until_complete(qs.service.run_saved(qs.caller(), "examples", name, None, list(params),
+                                                                  None))
+        assert result["termination_reason"] == "completed", (name, result["error_message"])
+        assert result["saved_query"]["namespace"] == "examples" and result["saved_query"]["version"] == "1"
+        return result
+
+    labels = {r[4] for r in run("relation_current", ravi)["rows"]}
+    assert "Ravi works on search team" in labels and "Ravi works on billing migration" not in labels
+    assert all(ravi in (r[2], r[3]) for r in run("relation_current", ravi)["rows"])
+    about = run("claims_about", ravi)["rows"]
+    assert about and all("Ravi" in r[1] for r in about)
+    assert [r[2] for r in about] == sorted((r[2] for r in about), reverse=True)
+    docs = run("documents_about", ravi)["rows"]
+    assert len(docs) == 3 and [int(r[4]) for r in docs] == sorted((int(r[4]) for r in docs), reverse=True)
+    # half-open canonical windows against the inclusive interval
+    window = run("claims_as_of", "2026-01-14T00:00:00Z", "2026-01-14T23:59:59Z")["rows"]
+    assert all(r[2] != "unknown" for r in window)
+    verbatim = run("claims_verbatim", "invoice exporter")
+    assert verbatim["semantic_invocations"]
+    rrf = run("claims_hybrid_rrf", "billing migration")
+    assert len(rrf["semantic_invocations"]) == 2 and rrf["rows"]
+    assert run("chunks_hybrid_rrf", "invoice exporter")["rows"]
+    chunk = qs.rows("SELECT chunk_id FROM chunks_live LIMIT 1")[0][0]
+    neighbors = run("chunk_neighbors", chunk)["rows"]
+    assert any(r[0] == chunk and r[2] == 0 for r in neighbors)
+    assert run("pages_about", ravi)["rows"] == []
+    run("observation_current", ravi)
+    identity = run("identity_as_of", ravi, "2100-01-01T00:00:00Z")["rows"]
+    assert identity and all(r[2] == ravi for r in identity)
+    assert run("identity_as_of", ravi, "2000-01-01T00:00:00Z")["rows"] == []
+    timeline = run("entity_timeline", ravi)["rows"]
+    assert timeline and sum(int(r[1]) for r in timeline) >= 2
+    fact = qs.rows("SELECT fact_id FROM facts_current WHERE fact_label = 'Ravi works on search team'")[0][0]
+    parts = {r[0] for r in run("explain", fact)["rows"]}
+    assert {"fact", "evidence:supports", "lineage:supports"} <= parts
+    assert run("changed_since", "2000-01-01T00:00:00Z")["rows"]
+    assert run("changed_since", "2100-01-01T00:00:00Z")["rows"] == []
+    neighborhood = run("graph_neighborhood", str(qs.space), ravi)
+    assert neighborhood["graph_invocations"]
+    run("graph_path", str(qs.space), ravi, dana)
+    docs_ids = [r[0] for r in qs.rows("SELECT doc_id FROM documents_live ORDER BY doc_id LIMIT 2")]
+    run("graph_citation_path", str(qs.space), *docs_ids)
+    run("multi_hop_context", str(qs.space), ravi, dana, "invoice exporter")
+
+
+def test_saved_query_review_and_versions(qs: Harness) -> None:
+    svc, caller, loop = qs.service, qs.caller(), qs.loop
+    draft = loop.run_until_complete(svc.author(qs.space, "team", "owners", "SELECT fact_label FROM facts_current "
+                                               "WHERE fact_kind = 'relation' ORDER BY 1", author="ana"))
+    assert draft["status"] == "draft" and draft["version"] == 1
+    with pytest.raises(Exception) as disabled:
+        loop.run_until_complete(svc.run_saved(caller, "team", "owners", None, [], None))
+    assert getattr(disabled.value, "reason", "") == "SAVED_QUERY_DISABLED"
+    with pytest.raises(Exception) as own:
+        loop.run_until_complete(svc.approve(draft["query_id"], "ana"))
+    assert "author" in str(own.value)
+    active = loop.run_until_complete(svc.approve(draft["query_id"], "bo"))
+    assert active["status"] == "active" and active["approver_principal"] == "bo"
+    first = loop.run_until_complete(svc.run_saved(caller, "team", "owners", None, [], None))
+    assert first["termination_reason"] == "completed" and first["rows"]
+    second = loop.run_until_complete(svc.author(qs.space, "team", "owners", "SELECT count(*) FROM facts_current",
+                                                author="ana"))
+    loop.run_until_complete(svc.approve(second["query_id"], "bo"))
+    # unpinned runs take the new active version; a pinned deprecated version is refused
+    assert loop.run_until_complete(svc.run_saved(caller, "team", "owners", None, [], None))["columns"][0][
+        "name"] == "count"
+    with pytest.raises(Exception) as pinned:
+        loop.run_until_complete(svc.run_saved(caller, "team", "owners", 1, [], None))
+    assert getattr(pinned.value, "reason", "") == "SAVED_QUERY_DISABLED"
+    pinned_two = loop.run_until_complete(svc.run_saved(caller, "team", "owners", 2, [], None))
+    assert pinned_two["saved_query"]["version"] == "2"
+    with pytest.raises(Exception) as missing:
+        loop.run_until_complete(svc.run_saved(caller, "team", "nope", None, [], None))
+    assert getattr(missing.value, "reason", "") == "SAVED_QUERY_NOT_FOUND"
+    with pytest.raises(Exception) as bad:
+        loop.run_until_complete(svc.author(qs.space, "team", "bad", "DELETE FROM claims", author="ana"))
+    assert getattr(bad.value, "reason", "") == "SAVED_QUERY_INCOMPATIBLE"
+    # a manifest change moves active versions to pending_revalidation; shipped examples come back
+    moved = loop.run_until_complete(svc.saved.revalidation_due("another-manifest"))
+    assert moved >= 19
+    with pytest.raises(Exception) as pending:
+        loop.run_until_complete(svc.run_saved(caller, "team", "owners", None, [], None))
+    assert getattr(pending.value, "reason", "") == "SAVED_QUERY_REVALIDATION_PENDING"
+    svc._seeded.clear()
+    loop.run_until_complete(svc.ensure_examples(qs.space))
+    assert len(loop.run_until_complete(svc.list_saved(caller, "examples", None))) == 18
+    revalidated = loop.run_until_complete(svc.approve(second["query_id"], "bo"))
+    assert revalidated["status"] == "active"
+    drafts = loop.run_until_complete(svc.list_saved(caller, None, "draft"))
+    assert all(r["status"] == "draft" for r in drafts)
