@@ -408,3 +408,31 @@ def test_saved_query_review_and_versions(qs: Harness) -> None:
     assert revalidated["status"] == "active"
     drafts = loop.run_until_complete(svc.list_saved(caller, None, "draft"))
     assert all(r["status"] == "draft" for r in drafts)
+
+
+def test_testament_queries_commands_author_and_review(loaded: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.support import REPO, service_env
+
+    def cli(*args: str) -> tuple[int, Any]:
+        done = subprocess.run([sys.executable, "-m", "services.cli", "queries", *args], cwd=REPO,
+                              env=service_env(loaded), capture_output=True, text=True, timeout=60)
+        return done.returncode, json.loads(done.stdout)
+
+    code, draft = cli("author", "ops", "latest_changes", "--sql",
+                      "SELECT object_kind, occurred_at FROM changes_visible ORDER BY occurred_at DESC LIMIT 10",
+                      "--author", "ana")
+    assert code == 0 and draft["status"] == "draft"
+    code, refused = cli("approve", draft["query_id"], "--approver", "ana")
+    assert code == 1 and "author" in refused["detail"]
+    code, active = cli("approve", draft["query_id"], "--approver", "bo")
+    assert code == 0 and active["status"] == "active" and active["approver_principal"] == "bo"
+    code, listed = cli("list", "--namespace", "ops")
+    assert code == 0 and [r["name"] for r in listed] == ["latest_changes"]
+    code, bad = cli("author", "examples", "mine", "--sql", "SELECT 1", "--author", "ana")
+    assert code == 1
+    code, disabled = cli("disable", draft["query_id"])
+    assert code == 0 and disabled["status"] == "disabled"
