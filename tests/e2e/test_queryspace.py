@@ -436,3 +436,47 @@ def test_testament_queries_commands_author_and_review(loaded: str) -> None:
     assert code == 1
     code, disabled = cli("disable", draft["query_id"])
     assert code == 0 and disabled["status"] == "disabled"
+
+
+def test_views_that_differ_from_the_manifest_refuse_every_statement(fresh_dsn: str) -> None:
+    async def run() -> tuple[list[str], dict[str, Any]]:
+        db = await Database.connect(fresh_dsn, min_size=1, max_size=2)
+        try:
+            await db.execute("CREATE OR REPLACE VIEW memory_v1.pages_live AS SELECT *, 1 AS extra "
+                             "FROM memory_v1.pages_live WHERE false")
+            service = QuerySpace(PgQuerySpace(db), PgSavedQueries(db), Evaluator(SearchLegs(), None))
+            await service.start()
+            space = await db.fetchval("SELECT space_id FROM spaces WHERE is_default")
+            result = await service.run(Caller(space, Scope.READ, None), Request("SELECT 1", []))
+            return service.schema_problems or [], result
+        finally:
+            await db.close()
+
+    problems, result = asyncio.run(run())
+    assert problems == ["pages_live"]
+    assert result["error_code"] == "schema_version_mismatch" and result["termination_reason"] == "rejected"
+
+
+def test_redaction_applies_to_sql_text_cells(fresh_dsn: str) -> None:
+    from services.platform.redaction import RedactionPolicy, Redactor
+
+    async def run() -> list[list[Any]]:
+        db = await Database.connect(fresh_dsn, min_size=1, max_size=2)
+        try:
+            redactor = Redactor(RedactionPolicy.from_json('{"rules": [{"name": "mail", "detector": "email"}]}'))
+
+            def redact(text: str, caller: Caller) -> str:
+                return redactor.redact_output(text, caller.principals).text
+
+            service = QuerySpace(PgQuerySpace(db), PgSavedQueries(db), Evaluator(SearchLegs(), None), redact=redact)
+            await service.start()
+            space = await db.fetchval("SELECT space_id FROM spaces WHERE is_default")
+            result = await service.run(Caller(space, Scope.READ, None),
+                                       Request("SELECT 'write to ana@example.com'::text, ARRAY['ana@example.com'], 7",
+                                               []))
+            return result["rows"]
+        finally:
+            await db.close()
+
+    rows = asyncio.run(run())
+    assert "ana@example.com" not in str(rows) and rows[0][2] == 7
