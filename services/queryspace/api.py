@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -116,9 +118,22 @@ def _status(request: pb.ListSavedQueriesRequest) -> str | None:
     return _STATUS_NAMES[request.status].removeprefix("SAVED_QUERY_STATUS_").lower()
 
 
+def _query_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationFailed([FieldViolation("query_id", "Input should be a valid UUID", type="uuid_parsing",
+                                               input=value)]) from None
+
+
+EXPORT_BATCH_ROWS = 1000
+
+
 class QuerySpaceServicer:
-    def __init__(self, service: QuerySpace) -> None:
+    def __init__(self, service: QuerySpace, exports: QuerySpace | None = None) -> None:
         self.service = service
+        # The analytical tier (operator exports): its own limits and admission budgets.
+        self.exports = exports or service
 
     async def RunSql(self, request: pb.RunSqlRequest, context: grpc.aio.ServicerContext) -> pb.RunSqlResponse:
         max_rows = optional(request, "max_rows")
@@ -218,3 +233,44 @@ class QuerySpaceServicer:
         result = await self.service.run_saved(require_caller(), request.namespace, request.name, version,
                                               _parameters(request.parameters), max_rows)
         return pb.RunSavedQueryResponse(result=query_result(result))
+
+    # --- operator face (no HTTP routes) ----------------------------------------------
+
+    async def ExportSql(self, request: pb.ExportSqlRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExportSqlResponse]:
+        max_rows = optional(request, "max_rows")
+        if max_rows is not None and max_rows < 0:
+            raise ValidationFailed([FieldViolation("max_rows", "Input should be greater than or equal to 0",
+                                                   type="greater_than_equal", input=max_rows, ctx={"ge": 0})])
+        result = await self.exports.run(require_caller(), Request(request.sql, _parameters(request.parameters),
+                                                                  max_rows=max_rows))
+        rows = result["rows"]
+        if result["termination_reason"] == "completed":
+            yield pb.ExportSqlResponse(header=query_result({**result, "rows": []}))
+            for start in range(0, len(rows), EXPORT_BATCH_ROWS):
+                yield pb.ExportSqlResponse(rows=pb.ExportRowBatch(
+                    rows=[_list(r) for r in rows[start:start + EXPORT_BATCH_ROWS]]))
+        yield pb.ExportSqlResponse(trailer=query_result({**result, "rows": []}))
+
+    async def CreateSavedQuery(self, request: pb.CreateSavedQueryRequest,
+                               context: grpc.aio.ServicerContext) -> pb.CreateSavedQueryResponse:
+        caller = require_caller()
+        row = await self.service.author(caller.space_id, request.namespace, request.name, request.sql,
+                                        author=request.author_principal,
+                                        description=optional(request, "description"),
+                                        max_rows=optional(request, "max_rows"))
+        return pb.CreateSavedQueryResponse(saved_query=pb.SavedQuerySummary(**_summary_fields(row)))
+
+    async def ApproveSavedQuery(self, request: pb.ApproveSavedQueryRequest,
+                                context: grpc.aio.ServicerContext) -> pb.ApproveSavedQueryResponse:
+        caller = require_caller()
+        row = await self.service.approve(_query_id(request.query_id), request.approver_principal,
+                                         space=caller.space_id)
+        return pb.ApproveSavedQueryResponse(saved_query=pb.SavedQuerySummary(**_summary_fields(row)))
+
+    async def SetSavedQueryStatus(self, request: pb.SetSavedQueryStatusRequest,
+                                  context: grpc.aio.ServicerContext) -> pb.SetSavedQueryStatusResponse:
+        caller = require_caller()
+        status = _STATUS_NAMES.get(request.status, "").removeprefix("SAVED_QUERY_STATUS_").lower()
+        row = await self.service.set_status(_query_id(request.query_id), status, space=caller.space_id)
+        return pb.SetSavedQueryStatusResponse(saved_query=pb.SavedQuerySummary(**_summary_fields(row)))

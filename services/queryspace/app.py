@@ -399,9 +399,10 @@ class QuerySpace:
             "author_principal": author, "default_max_rows": max_rows})
         return dict(row)
 
-    async def approve(self, query_id: uuid.UUID, approver: str) -> dict[str, Any]:
+    async def approve(self, query_id: uuid.UUID, approver: str, *, space: uuid.UUID | None = None
+                      ) -> dict[str, Any]:
         row = await self.saved.by_id(query_id)
-        if row is None:
+        if row is None or (space is not None and row["space_id"] != space):
             raise _not_found(f"no saved query version {query_id}")
         if row["author_principal"] == approver:
             raise _conflict("saved_query_disabled", "the author of a version cannot approve it")
@@ -415,9 +416,13 @@ class QuerySpace:
         assert activated is not None
         return dict(activated)
 
-    async def set_status(self, query_id: uuid.UUID, status: str) -> dict[str, Any]:
+    async def set_status(self, query_id: uuid.UUID, status: str, *, space: uuid.UUID | None = None
+                         ) -> dict[str, Any]:
         if status not in ("disabled", "deprecated"):
             raise InvalidArgument("only disabled or deprecated can be set directly")
+        current = await self.saved.by_id(query_id)
+        if current is None or (space is not None and current["space_id"] != space):
+            raise _not_found(f"no saved query version {query_id}")
         row = await self.saved.set_status(query_id, status)
         if row is None:
             raise _not_found(f"no saved query version {query_id}")

@@ -11,7 +11,7 @@ from services.platform.server import Servicer, ServiceSpec, StartupError, run_se
 from services.platform.settings import Settings, load_settings
 from services.queryspace.adapters import PgQuerySpace, PgSavedQueries
 from services.queryspace.api import QuerySpaceServicer
-from services.queryspace.app import QuerySpace
+from services.queryspace.app import ANALYTICAL, QuerySpace
 from services.queryspace.functions import Evaluator
 from services.retrieval.adapters import SearchLegs
 
@@ -30,13 +30,16 @@ async def build(settings: Settings) -> ServiceSpec:
     if redactor is not None:
         def redact(text: str, caller: Caller) -> str:
             return redactor.redact_output(text, caller.principals).text
-    service = QuerySpace(PgQuerySpace(platform.db), PgSavedQueries(platform.db), Evaluator(SearchLegs(), embedder),
-                         redact=redact)
+    store, saved, evaluator = PgQuerySpace(platform.db), PgSavedQueries(platform.db), Evaluator(SearchLegs(), embedder)
+    service = QuerySpace(store, saved, evaluator, redact=redact)
     await service.start()
+    exports = QuerySpace(store, saved, evaluator, redact=redact, tier=ANALYTICAL)
+    exports.schema_problems = service.schema_problems
     return ServiceSpec(
         name="queryspace",
         port=settings.port_for("queryspace"),
-        servicers=[Servicer(SERVICE_FULL_NAMES["queryspace"], QuerySpaceServicer(service)), platform.deployment],
+        servicers=[Servicer(SERVICE_FULL_NAMES["queryspace"], QuerySpaceServicer(service, exports)),
+                   platform.deployment],
         authenticator=platform.authenticator,
         closers=platform.closers,
     )

@@ -142,3 +142,70 @@ print(json.dumps(out))
                  ["query", "run-saved", "examples", "changed_since", "--parameters", '["2000-01-01T00:00:00Z"]']):
         cli = subprocess.run([*remember, *args], capture_output=True, text=True, timeout=60, env=env)
         assert cli.returncode == 0, (args, cli.stdout, cli.stderr)
+
+
+def test_operator_export_and_authoring_rpcs_need_write(fresh_dsn: str, tmp_path: Path) -> None:
+    import asyncio
+
+    import grpc
+    from testament.queryspace.v1 import queryspace_pb2 as pb
+    from testament.queryspace.v1 import queryspace_pb2_grpc
+
+    from services.platform.auth import Scope
+    from services.platform.credentials_pg import PgCredentials
+    from services.platform.db import Database
+
+    async def keys() -> tuple[str, str]:
+        db = await Database.connect(fresh_dsn, min_size=1, max_size=1)
+        try:
+            read, _ = await PgCredentials(db).create_key(scope=Scope.READ, label="r")
+            write, _ = await PgCredentials(db).create_key(scope=Scope.WRITE, label="w")
+            return read, write
+        finally:
+            await db.close()
+
+    read, write = asyncio.run(keys())
+    with run_service("queryspace", fresh_dsn, tmp_path) as svc, grpc.insecure_channel(svc.address) as channel:
+        stub = queryspace_pb2_grpc.QuerySpaceServiceStub(channel)
+
+        def auth(key: str) -> list[tuple[str, str]]:
+            return [("authorization", f"Bearer {key}")]
+
+        with pytest.raises(grpc.RpcError) as denied:
+            list(stub.ExportSql(pb.ExportSqlRequest(sql="SELECT 1"), metadata=auth(read), timeout=10))
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        items = list(stub.ExportSql(pb.ExportSqlRequest(
+            sql="SELECT x FROM (VALUES (1), (2), (3)) v(x) ORDER BY x", max_rows=50000),
+            metadata=auth(write), timeout=10))
+        assert items[0].WhichOneof("item") == "header" and items[-1].WhichOneof("item") == "trailer"
+        trailer = items[-1].trailer
+        assert trailer.limits.analytical_tier and trailer.limits.row_cap == 10000 and trailer.returned_row_count == 3
+        rows = [r for i in items if i.WhichOneof("item") == "rows" for r in i.rows.rows]
+        assert [r.values[0].number_value for r in rows] == [1, 2, 3]
+        refused = list(stub.ExportSql(pb.ExportSqlRequest(sql="SELECT * FROM pg_class"), metadata=auth(write),
+                                      timeout=10))
+        assert len(refused) == 1 and refused[0].trailer.error_code == pb.QUERY_ERROR_CODE_RELATION_NOT_ALLOWED
+        draft = stub.CreateSavedQuery(pb.CreateSavedQueryRequest(
+            namespace="team", name="facts", sql="SELECT count(*) FROM facts_current", author_principal="ana"),
+            metadata=auth(write), timeout=10).saved_query
+        assert draft.status == pb.SAVED_QUERY_STATUS_DRAFT
+        with pytest.raises(grpc.RpcError) as own:
+            stub.ApproveSavedQuery(pb.ApproveSavedQueryRequest(query_id=draft.query_id, approver_principal="ana"),
+                                   metadata=auth(write), timeout=10)
+        assert own.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        active = stub.ApproveSavedQuery(pb.ApproveSavedQueryRequest(query_id=draft.query_id,
+                                                                    approver_principal="bo"),
+                                        metadata=auth(write), timeout=10).saved_query
+        assert active.status == pb.SAVED_QUERY_STATUS_ACTIVE
+        assert active.assurance == pb.SAVED_QUERY_ASSURANCE_CUSTOMER_REVIEWED
+        ran = stub.RunSavedQuery(pb.RunSavedQueryRequest(namespace="team", name="facts"), metadata=auth(read),
+                                 timeout=10).result
+        assert ran.termination_reason == pb.QUERY_TERMINATION_REASON_COMPLETED and ran.saved_query.version == "1"
+        off = stub.SetSavedQueryStatus(pb.SetSavedQueryStatusRequest(query_id=draft.query_id,
+                                                                     status=pb.SAVED_QUERY_STATUS_DISABLED),
+                                       metadata=auth(write), timeout=10).saved_query
+        assert off.status == pb.SAVED_QUERY_STATUS_DISABLED
+        with pytest.raises(grpc.RpcError) as create_denied:
+            stub.CreateSavedQuery(pb.CreateSavedQueryRequest(namespace="team", name="x", sql="SELECT 1",
+                                                             author_principal="ana"), metadata=auth(read), timeout=10)
+        assert create_denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
