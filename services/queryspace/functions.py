@@ -37,6 +37,8 @@ CANDIDATES_MAX = LIMITS["interactive"]["search_candidates_max"]
 BODY_IDS_MAX = 50
 BODY_BYTES_PER_CALL = LIMITS["interactive"]["body_fetch_bytes_per_call"]
 BODY_BYTES_PER_STATEMENT = LIMITS["interactive"]["body_fetch_bytes_per_statement"]
+# Testament embeds one input policy: the passage text as stored (chunks_live reports it).
+POLICY_GENERATION = "v1"
 _KIND = {"claims": "claim", "chunks": "chunk", "facts": "fact", "entities": "entity"}
 
 
@@ -272,6 +274,12 @@ class Evaluator:
                 if dims != len(r.vector):
                     raise StatementFailed("generation_unavailable",
                                           "the query embedder's generation differs from the indexed one")
+                model = await conn.fetchval("SELECT model FROM space_embedding_models WHERE space_id = $1",
+                                            caller.space_id)
+                policy, pinned = r.args.get("embedding_input_policy_version"), r.args.get("embedder_generation")
+                if (policy is not None and policy != POLICY_GENERATION) or (pinned is not None and pinned != model):
+                    raise StatementFailed("generation_unavailable", f"{r.call.name}: the pinned generation is not "
+                                                                    "the indexed one")
                 hits = await self.legs.semantic(conn, kind, caller, r.vector, k)
             else:
                 hits = await self.legs.lexical(conn, kind, caller, r.args["query"], k)
@@ -298,7 +306,8 @@ class Evaluator:
         invocation = _invocation(r.call.name, len(hits), len(out),
                                  dropped_filtered=dropped if filters else 0,
                                  dropped_absent=0 if filters else dropped,
-                                 embedder_generation=generation, policy_generation="v1" if generation else None,
+                                 embedder_generation=generation,
+                                 policy_generation=POLICY_GENERATION if generation else None,
                                  pg_confirmed_at=now, termination_reason="completed")
         return Outcome(out, semantic=invocation)
 

@@ -480,3 +480,11 @@ def test_redaction_applies_to_sql_text_cells(fresh_dsn: str) -> None:
 
     rows = asyncio.run(run())
     assert "ana@example.com" not in str(rows) and rows[0][2] == 7
+
+
+def test_semantic_search_refuses_a_generation_it_does_not_hold(qs: Harness) -> None:
+    pinned = qs.sql("SELECT * FROM semantic_claims('ravi', 5, NULL, 'v1', 'some-other-model')")
+    assert pinned["error_code"] == "generation_unavailable" and pinned["termination_reason"] == "failed"
+    model = qs.rows("SELECT DISTINCT embedder_generation FROM chunks_live")[0][0]
+    same = qs.sql("SELECT * FROM semantic_claims('ravi', 5, NULL, 'v1', $1)", model)
+    assert same["termination_reason"] == "completed", same["error_message"]
