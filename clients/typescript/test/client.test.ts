@@ -195,7 +195,7 @@ describe("testament stack", () => {
     assert.equal(response.buildRevision, "");
     assert.equal(response.modelBindings["p1_embedding"], "hash-384-v1");
     assert.equal(response.tools["facts_context"], 3);
-    assert.equal(response.tools["query_sql"], undefined); // the SQL face is not served yet
+    assert.equal(response.tools["query_sql"], 1); // the SQL face is served
   });
 
   test("deployment.checkHealth answers ok on every service port", async () => {
