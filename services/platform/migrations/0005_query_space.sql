@@ -96,30 +96,39 @@ SELECT e.fact_id, e.claim_id, e.stance, e.linked_at, c.doc_id, c.source_kind, c.
   JOIN memory_v1_internal.visible_claims c ON c.claim_id = e.claim_id AND c.doc_id = e.doc_id
  WHERE c.is_current_testimony;
 
--- Evidence count = distinct live lineages per (fact, stance), for this caller.
-CREATE VIEW memory_v1_internal.fact_counts AS
-SELECT fact_id,
-       count(DISTINCT doc_id) FILTER (WHERE stance = 'supports')::bigint AS evidence_count,
-       count(DISTINCT doc_id) FILTER (WHERE stance = 'contradicts')::bigint AS contradict_count
-  FROM memory_v1_internal.live_evidence GROUP BY fact_id;
-
 -- Facts the caller can trace to any visible document (the rule of hydrate/transcript).
+-- Evidence count = distinct live lineages per (fact, stance), for this caller; scalar
+-- subqueries, so a statement that never reads a count never computes it.
 CREATE VIEW memory_v1_internal.visible_facts AS
-SELECT f.*, coalesce(n.evidence_count, 0)::bigint AS live_evidence_count,
-       coalesce(n.contradict_count, 0)::bigint AS live_contradict_count
+SELECT f.*,
+       (SELECT count(DISTINCT e.doc_id) FROM memory_v1_internal.live_evidence e
+         WHERE e.fact_id = f.fact_id AND e.stance = 'supports')::bigint AS live_evidence_count,
+       (SELECT count(DISTINCT e.doc_id) FROM memory_v1_internal.live_evidence e
+         WHERE e.fact_id = f.fact_id AND e.stance = 'contradicts')::bigint AS live_contradict_count
   FROM facts f
-  LEFT JOIN memory_v1_internal.fact_counts n ON n.fact_id = f.fact_id
  WHERE f.space_id = memory_v1_internal.ctx_space()
    AND EXISTS (SELECT 1 FROM fact_evidence e JOIN memory_v1_internal.visible_claims c ON c.claim_id = e.claim_id
                 WHERE e.fact_id = f.fact_id);
 
 -- Mentions in current testimony of visible documents, with the surviving entity of a merge.
+-- Three branches (resolved to a survivor, resolved to an absorbed entity, unresolved) so a
+-- filter on survivor_id reaches an index in each.
+CREATE INDEX entities_merged_into ON entities (merged_into) WHERE merged_into IS NOT NULL;
 CREATE VIEW memory_v1_internal.live_mentions AS
-SELECT m.*, c.chunk_id, c.representation_id, coalesce(r2.entity_id, r.entity_id) AS survivor_id
+SELECT m.*, c.chunk_id, c.representation_id, m.resolved_entity_id AS survivor_id
   FROM mentions m
   JOIN memory_v1_internal.visible_claims c ON c.claim_id = m.claim_id AND c.is_current_testimony
-  LEFT JOIN entities r ON r.entity_id = m.resolved_entity_id
-  LEFT JOIN entities r2 ON r2.entity_id = r.merged_into;
+  JOIN entities r ON r.entity_id = m.resolved_entity_id AND r.merged_into IS NULL
+UNION ALL
+SELECT m.*, c.chunk_id, c.representation_id, r.merged_into
+  FROM mentions m
+  JOIN memory_v1_internal.visible_claims c ON c.claim_id = m.claim_id AND c.is_current_testimony
+  JOIN entities r ON r.entity_id = m.resolved_entity_id AND r.merged_into IS NOT NULL
+UNION ALL
+SELECT m.*, c.chunk_id, c.representation_id, NULL::uuid
+  FROM mentions m
+  JOIN memory_v1_internal.visible_claims c ON c.claim_id = m.claim_id AND c.is_current_testimony
+ WHERE m.resolved_entity_id IS NULL;
 
 -- ---------------------------------------------------------------------------------------
 -- the 25 views
@@ -214,10 +223,10 @@ SELECT x.space_id AS deployment_id, x.entity_id, NULL::text AS entity_type, x.ca
        NULL::real AS type_confidence, x.profile_summary, n.live_mention_count, n.live_document_count,
        0::bigint AS graph_degree, x.created_at, x.updated_at
   FROM entities x
-  JOIN (SELECT survivor_id, count(*)::bigint AS live_mention_count, count(DISTINCT doc_id)::bigint AS live_document_count
-          FROM memory_v1_internal.live_mentions WHERE survivor_id IS NOT NULL GROUP BY survivor_id) n
-    ON n.survivor_id = x.entity_id
- WHERE x.merged_into IS NULL AND x.space_id = memory_v1_internal.ctx_space();
+  CROSS JOIN LATERAL (SELECT count(*)::bigint AS live_mention_count,
+                             count(DISTINCT m.doc_id)::bigint AS live_document_count
+                        FROM memory_v1_internal.live_mentions m WHERE m.survivor_id = x.entity_id) n
+ WHERE x.merged_into IS NULL AND x.space_id = memory_v1_internal.ctx_space() AND n.live_mention_count > 0;
 
 CREATE VIEW memory_v1.mentions_live AS
 SELECT m.space_id AS deployment_id, m.mention_id, m.doc_id, m.version_id, m.representation_id, m.chunk_id,
@@ -233,7 +242,8 @@ SELECT m.space_id AS deployment_id, m.mention_id, m.doc_id, m.version_id, m.repr
            AS resolution_is_new_entity,
        CASE WHEN e.entity_id IS NOT NULL THEN coalesce(m.resolved_at, m.created_at) END AS resolved_at
   FROM memory_v1_internal.live_mentions m
-  LEFT JOIN memory_v1.entities_current e ON e.entity_id = m.survivor_id
+  -- the mention is live, so a surviving entity it resolves to is current
+  LEFT JOIN entities e ON e.entity_id = m.survivor_id AND e.merged_into IS NULL
   LEFT JOIN chunks ch ON ch.chunk_id = m.chunk_id
   LEFT JOIN memory_v1.sections_live s ON s.section_id = ch.section_id;
 
