@@ -488,3 +488,48 @@ def test_semantic_search_refuses_a_generation_it_does_not_hold(qs: Harness) -> N
     model = qs.rows("SELECT DISTINCT embedder_generation FROM chunks_live")[0][0]
     same = qs.sql("SELECT * FROM semantic_claims('ravi', 5, NULL, 'v1', $1)", model)
     assert same["termination_reason"] == "completed", same["error_message"]
+
+
+def test_canonical_bounds_are_half_open_and_claims_canonical_uses_them(qs: Harness) -> None:
+    def bounds(start: str | None, end: str | None, precision: str) -> list[Any]:
+        return qs.rows("SELECT canon_start, canon_end FROM canonical_bounds($1::timestamptz, $2::timestamptz, $3)",
+                       start, end, precision)[0]
+
+    assert bounds("2026-06-01T10:00:00Z", "2026-06-30T08:00:00Z", "day") == [
+        "2026-06-01T00:00:00+00:00", "2026-07-01T00:00:00+00:00"]
+    assert bounds("2026-06-15T00:00:00Z", None, "month") == ["2026-06-01T00:00:00+00:00", "2026-07-01T00:00:00+00:00"]
+    assert bounds("2026-02-01T00:00:00Z", None, "year") == ["2026-01-01T00:00:00+00:00", "2027-01-01T00:00:00+00:00"]
+    assert bounds("2026-06-01T10:00:00Z", None, "instant") == ["2026-06-01T10:00:00+00:00",
+                                                               "2026-06-01T10:00:00.000001+00:00"]
+    assert bounds("2026-06-01T00:00:00Z", None, "open") == ["2026-06-01T00:00:00+00:00", None]
+    assert bounds("2026-06-01T00:00:00Z", "2026-07-01T00:00:00Z", "unknown") == [None, None]
+    # every claims_canonical row carries exactly the bounds of its own window
+    mismatched = qs.rows("""SELECT count(*) FROM claims_canonical c
+                             WHERE c.claim_valid_precision = 'day'
+                               AND NOT (c.canon_start = date_trunc('day', c.claim_valid_from)
+                                        AND c.canon_end = date_trunc('day', coalesce(c.claim_valid_until,
+                                                                                     c.claim_valid_from))
+                                                          + interval '1 day')""")
+    assert mismatched == [["0"]]
+    # half-open: a window ending where another starts does not overlap it
+    touching = qs.rows("""SELECT a.canon_start < b.canon_end AND b.canon_start < a.canon_end
+                            FROM canonical_bounds('2026-01-01'::timestamptz, '2026-01-31'::timestamptz, 'day') a,
+                                 canonical_bounds('2026-02-01'::timestamptz, NULL, 'month') b""")
+    assert touching == [[False]]
+
+
+def test_facts_as_of_reads_world_and_belief_time(qs: Harness) -> None:
+    def labels(valid_at: str, believed_at: str) -> set[str]:
+        rows = qs.rows("SELECT fact_label, applied_valid_at, temporal_match FROM facts_as_of($1::timestamptz, "
+                       "$2::timestamptz)", valid_at, believed_at)
+        assert all(r[1] == valid_at.replace("Z", "+00:00") for r in rows)
+        return {r[0] for r in rows}
+
+    now = "2100-01-01T00:00:00Z"
+    march = labels("2026-03-01T00:00:00Z", now)
+    assert "Ravi works on billing migration" in march and "Ravi works on search team" not in march
+    july = labels("2026-07-01T00:00:00Z", now)
+    assert "Ravi works on search team" in july and "Ravi works on billing migration" not in july
+    assert labels("2026-03-01T00:00:00Z", "2000-01-01T00:00:00Z") == set()  # nothing was believed yet
+    result = qs.sql("SELECT count(*) FROM facts_as_of($1::timestamptz, $2::timestamptz, 1)", now, now)
+    assert result["rows"] == [["1"]] and result["evaluated_at"] is not None

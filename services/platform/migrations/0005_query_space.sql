@@ -379,7 +379,9 @@ SELECT t.space_id AS deployment_id, t.event_id, t.claim_id, t.doc_id, t.reconcil
 
 CREATE FUNCTION memory_v1.canonical_bounds(valid_from timestamptz, valid_until timestamptz, valid_precision text)
 RETURNS TABLE (canon_start timestamptz, canon_end timestamptz)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+-- Definer rights only to reach the internal helpers (the role has no USAGE on that schema);
+-- the function is pure and reads nothing.
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog AS $$
     SELECT memory_v1_internal.canon_start(valid_from, valid_until, valid_precision),
            memory_v1_internal.canon_end(valid_from, valid_until, valid_precision)
 $$;
