@@ -533,3 +533,21 @@ def test_facts_as_of_reads_world_and_belief_time(qs: Harness) -> None:
     assert labels("2026-03-01T00:00:00Z", "2000-01-01T00:00:00Z") == set()  # nothing was believed yet
     result = qs.sql("SELECT count(*) FROM facts_as_of($1::timestamptz, $2::timestamptz, 1)", now, now)
     assert result["rows"] == [["1"]] and result["evaluated_at"] is not None
+
+
+def test_restricted_sql_rows_equal_the_authority_rows_for_that_caller(qs: Harness) -> None:
+    for principals in (["engineering"], ["finance"], []):
+        sql_claims = {uuid.UUID(r[0]) for r in qs.rows("SELECT claim_id FROM claims_live", principals=principals)}
+        truth = {r[0] for r in qs.authority(
+            """SELECT c.claim_id FROM claims c JOIN documents d ON d.doc_id = c.doc_id
+                WHERE c.is_current_testimony AND d.deleted_at IS NULL
+                  AND (d.acl = '{}' OR d.acl && $1::text[])""", principals)}
+        assert sql_claims == truth and truth, principals
+        sql_mentions = {uuid.UUID(r[0]) for r in qs.rows("SELECT mention_id FROM mentions_live",
+                                                         principals=principals)}
+        mention_truth = {r[0] for r in qs.authority(
+            """SELECT m.mention_id FROM mentions m JOIN claims c ON c.claim_id = m.claim_id
+                 JOIN documents d ON d.doc_id = c.doc_id
+                WHERE c.is_current_testimony AND d.deleted_at IS NULL AND (d.acl = '{}' OR d.acl && $1::text[])""",
+            principals)}
+        assert sql_mentions == mention_truth, principals
