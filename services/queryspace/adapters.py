@@ -41,6 +41,10 @@ class StatementFailed(Exception):
         self.message = message
 
 
+class RegistryUnreadable(Exception):
+    """The saved-query registry could not be read."""
+
+
 @dataclass(frozen=True)
 class Settings:
     statement_timeout_ms: int
@@ -286,9 +290,13 @@ class PgSavedQueries:
                  ORDER BY q.namespace, q.name, q.version""", *args)
 
     async def versions(self, space: uuid.UUID, namespace: str, name: str) -> list[asyncpg.Record]:
-        return await self.db.fetch(
-            f"""SELECT {SAVED_COLUMNS} FROM saved_queries WHERE space_id = $1 AND namespace = $2 AND name = $3
-                 ORDER BY version""", space, namespace, name)
+        try:
+            return await self.db.fetch(
+                f"""SELECT {SAVED_COLUMNS} FROM saved_queries WHERE space_id = $1 AND namespace = $2 AND name = $3
+                     ORDER BY version""", space, namespace, name)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError, OSError, TimeoutError,
+                DeadlineSpent) as exc:
+            raise RegistryUnreadable(type(exc).__name__) from None
 
     async def insert(self, space: uuid.UUID, row: dict[str, Any]) -> asyncpg.Record:
         async with self.db.transaction() as conn:

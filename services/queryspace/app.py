@@ -24,7 +24,7 @@ from typing import Any
 from services.platform.auth import Caller
 from services.platform.errors import Conflict, InvalidArgument, NotFound, TestamentError
 from services.queryspace import manifest as m
-from services.queryspace.adapters import PgQuerySpace, PgSavedQueries, Settings, StatementFailed
+from services.queryspace.adapters import PgQuerySpace, PgSavedQueries, RegistryUnreadable, Settings, StatementFailed
 from services.queryspace.encoding import display_type, encode, row_bytes
 from services.queryspace.examples import EXAMPLES
 from services.queryspace.functions import Evaluator, Resolved, payload, resolve, substitute
@@ -365,7 +365,12 @@ class QuerySpace:
 
     async def run_saved(self, caller: Caller, namespace: str, name: str, version: int | None,
                         parameters: list[Any], max_rows: int | None) -> dict[str, Any]:
-        row = await self._version(caller, namespace, name, version)
+        try:
+            row = await self._version(caller, namespace, name, version)
+        except RegistryUnreadable:
+            raise TestamentError({"code": "execution_error", "message": "the saved-query registry is unreadable"},
+                                 reason="EXECUTION_ERROR", http_status=500,
+                                 message="the saved-query registry is unreadable") from None
         status = row["status"]
         if status == "pending_revalidation":
             raise _conflict("saved_query_revalidation_pending",
