@@ -202,7 +202,10 @@ class PgQuerySpace:
                                   set_config('idle_in_transaction_session_timeout', $5, true),
                                   set_config('work_mem', $6, true),
                                   set_config('max_parallel_workers_per_gather', '0', true),
-                                  set_config('TimeZone', 'UTC', true)""",
+                                  set_config('TimeZone', 'UTC', true),
+                                  set_config('plan_cache_mode', 'force_custom_plan', true),
+                                  set_config('join_collapse_limit', '16', true),
+                                  set_config('from_collapse_limit', '16', true)""",
                         str(caller.space_id), _principals_setting(caller), f"{settings.statement_timeout_ms}ms",
                         f"{settings.lock_timeout_ms}ms", f"{settings.idle_timeout_ms}ms",
                         f"{settings.work_mem_kib}kB")
