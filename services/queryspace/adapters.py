@@ -18,7 +18,7 @@ import datetime as dt
 import decimal
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +149,6 @@ def _element(t: Any) -> str | None:
     return t.name.removeprefix("_").removesuffix("[]")
 
 
-Evaluate = Callable[[asyncpg.Connection], Awaitable[list[str]]]
-
-
 class PgQuerySpace:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -253,9 +250,6 @@ class PgQuerySpace:
         except (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError, OSError, TimeoutError,
                 DeadlineSpent) as exc:
             raise failure(exc) from None
-
-    async def type_display(self, conn: asyncpg.Connection, oid: int) -> str:
-        return await conn.fetchval("SELECT format_type($1, NULL)", oid)
 
 
 # --------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from services.platform.auth import Caller
@@ -126,13 +126,6 @@ class Request:
     max_bytes: int | None = None
 
 
-@dataclass
-class Result:
-    """QueryResult/v1 under construction."""
-
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -203,12 +196,8 @@ class QuerySpace:
         result["warnings"].extend(warnings)
         keys = None
         try:
-            try:
-                admitted = admit(request.sql, request.parameters,
-                                 max_parameters=self.tier.limits["parameters_max"],
-                                 max_parameter_bytes=self.tier.limits["parameters_max_bytes"])
-            except Rejected:
-                raise
+            admitted = admit(request.sql, request.parameters, max_parameters=self.tier.limits["parameters_max"],
+                             max_parameter_bytes=self.tier.limits["parameters_max_bytes"])
             result["query_hash"] = admitted.query_hash(request.parameters)
             result["referenced_views"] = list(admitted.views)
             result["referenced_functions"] = list(admitted.functions)
@@ -489,7 +478,3 @@ def _entries() -> list[dict[str, Any]]:
         entries.append({"kind": "example", "name": f"examples.{e['name']}", "purpose": e["description"],
                         "tags": ["saved_query"], "text": e["sql"]})
     return entries
-
-
-def statuses() -> Sequence[str]:
-    return STATUSES

@@ -11,7 +11,6 @@ jsonb parameter read by ``jsonb_to_recordset`` with the function's declared colu
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -484,7 +483,3 @@ def substitute(call: PublicCall, param_index: int) -> None:
 def payload(rows: list[dict[str, Any]]) -> Any:
     """The rows as a JSON value for the jsonb parameter (the pool's codec encodes it)."""
     return json.loads(json.dumps(rows, default=str))
-
-
-def digest(text: str) -> str:  # pragma: no cover - kept for the hash check of chunk bodies
-    return hashlib.sha256(text.encode()).hexdigest()
