@@ -9,6 +9,7 @@
     testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
     testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
     testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
+    testament queries list | author NS NAME --sql SQL --author P | approve ID --approver P | disable ID
 """
 
 from __future__ import annotations
@@ -254,6 +255,27 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_queries(args: argparse.Namespace) -> int:
+    """Saved-query authoring and review, directly in PostgreSQL (no HTTP route does this)."""
+    from services.platform.db import Database
+    from services.queryspace import tooling
+
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "queries_command")}
+    if getattr(args, "file", None):
+        options["sql"] = Path(args.file).read_text()
+
+    async def run() -> tuple[int, object]:
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=2)
+        try:
+            return await tooling.run(db, args.queries_command, options)
+        finally:
+            await db.close()
+
+    code, document = asyncio.run(run())
+    print(json.dumps(document, default=str))
+    return code
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -329,6 +351,30 @@ def main(argv: list[str] | None = None) -> None:
     p_mcp.add_argument("--api-url", default=None, help="the gateway (default $TESTAMENT_API_URL or :8000)")
     p_mcp.add_argument("--api-key", default=None, help="stdio only (default $TESTAMENT_API_KEY)")
     p_mcp.set_defaults(func=_cmd_mcp)
+
+    p_queries = sub.add_parser("queries", help="saved queries: list, author, approve, disable (PostgreSQL)")
+    queries_sub = p_queries.add_subparsers(dest="queries_command", required=True)
+    p_qlist = queries_sub.add_parser("list", help="saved-query versions (default: active)")
+    p_qlist.add_argument("--namespace")
+    p_qlist.add_argument("--status", choices=["draft", "pending_revalidation", "active", "deprecated", "disabled",
+                                              "broken"])
+    p_qauthor = queries_sub.add_parser("author", help="add a draft version (validated by the guard)")
+    p_qauthor.add_argument("namespace")
+    p_qauthor.add_argument("name")
+    source = p_qauthor.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sql")
+    source.add_argument("--file", help="read the SQL from this file")
+    p_qauthor.add_argument("--author", required=True, help="the author's principal")
+    p_qauthor.add_argument("--description")
+    p_qauthor.add_argument("--max-rows", type=int, dest="max_rows")
+    p_qapprove = queries_sub.add_parser("approve", help="activate a version (approver must not be its author)")
+    p_qapprove.add_argument("query_id")
+    p_qapprove.add_argument("--approver", required=True)
+    for verb in ("disable", "deprecate"):
+        queries_sub.add_parser(verb, help=f"{verb} one version").add_argument("query_id")
+    for p in (p_qlist, p_qauthor, p_qapprove):
+        p.add_argument("--space", default="default", help="space slug (default: default)")
+    p_queries.set_defaults(func=_cmd_queries)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))
