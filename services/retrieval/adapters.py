@@ -17,7 +17,7 @@ import asyncpg
 import numpy as np
 
 from services.platform.auth import Caller
-from services.platform.text import tokens
+from services.platform.text import query_tokens
 
 DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
@@ -128,7 +128,7 @@ class SearchLegs:
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
         """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
-        terms = sorted(set(tokens(text)))
+        terms = sorted(set(query_tokens(text)))
         if not terms:
             return []
         t = _TARGETS[kind]
@@ -298,3 +298,37 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
             if rows:
                 return "T2", list(rows[:width]), len(rows) > width
     return "", [], False
+
+
+async def named_entities(conn: asyncpg.Connection, caller: Caller, keys: Sequence[str]) -> list[uuid.UUID]:
+    """Visible current entities one of whose aliases is exactly one of ``keys`` (normalised
+    names found in a question). Uses the alias index; never a scan."""
+    if not keys:
+        return []
+    rows = await conn.fetch(
+        f"""SELECT DISTINCT x.entity_id FROM entity_aliases a JOIN entities x USING (entity_id)
+             WHERE a.space_id = $1 AND a.normalized_alias = ANY($3::text[]) AND x.merged_into IS NULL
+               AND {ENTITY_VISIBLE}""", caller.space_id, principals(caller), list(keys))
+    return [r["entity_id"] for r in rows]
+
+
+async def mentioning(conn: asyncpg.Connection, space_id: uuid.UUID, claim_ids: Sequence[uuid.UUID],
+                     chunk_ids: Sequence[uuid.UUID], entity_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these (already visible) claims and chunks mention one of the entities: a claim
+    through its resolved mentions, a chunk through any claim read from it."""
+    if not entity_ids or not (claim_ids or chunk_ids):
+        return set()
+    rows = await conn.fetch(
+        """SELECT c.claim_id, c.chunk_id FROM claims c
+            WHERE c.space_id = $1 AND (c.claim_id = ANY($2::uuid[]) OR c.chunk_id = ANY($3::uuid[]))
+              AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id
+                             AND m.resolved_entity_id = ANY($4::uuid[]))""",
+        space_id, list(claim_ids), list(chunk_ids), list(entity_ids))
+    wanted_claims, wanted_chunks = set(claim_ids), set(chunk_ids)
+    out: set[uuid.UUID] = set()
+    for r in rows:
+        if r["claim_id"] in wanted_claims:
+            out.add(r["claim_id"])
+        if r["chunk_id"] in wanted_chunks:
+            out.add(r["chunk_id"])
+    return out

@@ -28,13 +28,20 @@ from services.retrieval import adapters as db
 from services.retrieval.domain import (
     CURRENT,
     OPERATIONS,
+    EvidenceCandidates,
+    FusionWeights,
     TimeScope,
     Validity,
+    fuse_evidence,
     holds,
+    is_temporal_question,
+    mentions_time,
+    name_keys,
     operation,
     rrf,
     temporal_match,
     validate_arguments,
+    weights_for,
 )
 
 FACTS_BUDGET_S = 25.0
@@ -163,8 +170,10 @@ def chunk_message(row: Any) -> t.ChunkEvidenceResult:
 
 class Retrieval:
     def __init__(self, database: Any, embedder: Embedder, graph: GraphExpansion | None, *,
-                 redact: Callable[[str, Caller], str] | None = None) -> None:
+                 redact: Callable[[str, Caller], str] | None = None, weights: FusionWeights | None = None
+                 ) -> None:
         self.database = database
+        self.weights = weights or weights_for(embedder.model)
         self.embedder = embedder
         self.graph = graph
         self.legs = db.SearchLegs()
@@ -392,62 +401,89 @@ class Retrieval:
 
     # --- claims and sources ------------------------------------------------------------
 
+    async def evidence_candidates(self, conn: asyncpg.Connection, caller: Caller, query: str,
+                                  vector: Sequence[float], entity_ids: Sequence[uuid.UUID] | None,
+                                  candidate_k: int) -> tuple[EvidenceCandidates, dict[uuid.UUID, Any],
+                                                             dict[uuid.UUID, Any], bool]:
+        """Every channel's nominations for one question, confirmed in this snapshot: the
+        candidates (pure data, for :func:`fuse_evidence`), the claim rows, the chunk rows, and
+        whether some channel filled its whole depth."""
+        extra_claim, extra_chunk, extra_args = "", "", []
+        if entity_ids:
+            extra_args = [list(entity_ids)]
+            extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
+                           "AND m.resolved_entity_id = ANY($6::uuid[]))")
+            extra_chunk = ("AND EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
+                           "WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY($6::uuid[]))")
+        legs: dict[str, dict[str, list[uuid.UUID]]] = {"claim": {}, "chunk": {}}
+        full = False
+        for kind, extra in (("claim", extra_claim), ("chunk", extra_chunk)):
+            semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, extra=_shift(extra),
+                                                extra_args=extra_args)
+            lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, extra=extra,
+                                              extra_args=extra_args)
+            legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
+            full = full or len(semantic) >= candidate_k or len(lexical) >= candidate_k
+        claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
+        claim_rows = await db.claims(conn, caller, claim_ids)
+        chunk_of = {cid: row["chunk_id"] for cid, row in claim_rows.items() if row["chunk_id"] is not None}
+        chunk_ids = list(dict.fromkeys([*(i for ranked in legs["chunk"].values() for i in ranked),
+                                        *chunk_of.values()]))
+        chunk_rows = await db.chunks(conn, caller, chunk_ids)
+        named: set[uuid.UUID] = set()
+        entities = await db.named_entities(conn, caller, name_keys(query))
+        if entities:
+            named = await db.mentioning(conn, caller.space_id, list(claim_rows), list(chunk_rows), entities)
+        dated = {cid for cid, row in claim_rows.items()
+                 if row["claim_valid_from"] is not None or mentions_time(row["source_span"])}
+        dated |= {cid for cid, row in chunk_rows.items() if mentions_time(row["chunk_text"])}
+        candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
+                                        named=frozenset(named), dated=frozenset(dated),
+                                        temporal=is_temporal_question(query))
+        return candidates, claim_rows, chunk_rows, full
+
     async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
                                  candidate_k: int) -> t.Envelope:
         vector = await self.embed_query(query)
         async with self.snapshot() as conn:
             now = await self._now(conn)
             env = envelope("evidence", CURRENT, now)
-            extra_claim, extra_chunk, extra_args = "", "", []
-            if entity_ids:
-                if await _unknown_anchors(conn, caller, env, entity_ids):
-                    return env
-                extra_args = [list(entity_ids)]
-                extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
-                               "AND m.resolved_entity_id = ANY($6::uuid[]))")
-                extra_chunk = ("AND EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
-                               "WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY($6::uuid[]))")
-            legs = {}
-            for kind, extra in (("claim", extra_claim), ("chunk", extra_chunk)):
-                semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, extra=_shift(extra),
-                                                    extra_args=extra_args)
-                lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, extra=extra,
-                                                  extra_args=extra_args)
-                legs[kind] = (semantic, lexical)
-            full = any(len(leg) >= candidate_k for pair in legs.values() for leg in pair)
-            dropped = 0
-            claim_order = rrf({"semantic": [i for i, _ in legs["claim"][0]], "bm25": [i for i, _ in legs["claim"][1]]})
-            claim_rows = await db.claims(conn, caller, [f.item_id for f in claim_order])
-            groups: dict[tuple[Any, ...], list[Any]] = {}
-            for fused in claim_order:
-                row = claim_rows.get(fused.item_id)
-                if row is None:
-                    dropped += 1
-                    continue
-                key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
-                       row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
-                       row["is_attributed"], row["attributed_to"])
-                groups.setdefault(key, []).append(row)
-            grouped = list(groups.values())
-            _ranking(env, claim_order, {m[0]["claim_id"] for m in grouped[:k]})
-            for members in grouped[:k]:
-                message = self._evidence(members[0], caller)
-                message.corroboration_count = len({m["doc_id"] for m in members})
-                message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
-                env.evidence.append(message)
-            chunk_order = rrf({"semantic": [i for i, _ in legs["chunk"][0]], "bm25": [i for i, _ in legs["chunk"][1]]})
-            chunk_rows = await db.chunks(conn, caller, [f.item_id for f in chunk_order])
-            kept_chunks = []
-            for fused in chunk_order:
-                row = chunk_rows.get(fused.item_id)
-                if row is None:
-                    dropped += 1
-                    continue
-                kept_chunks.append(row)
-            for row in kept_chunks[:k]:
-                message = chunk_message(row)
-                message.chunk_text = self.redact(message.chunk_text, caller)
-                env.chunks.append(message)
+            if entity_ids and await _unknown_anchors(conn, caller, env, entity_ids):
+                return env
+            candidates, claim_rows, chunk_rows, full = await self.evidence_candidates(
+                conn, caller, query, vector, entity_ids, candidate_k)
+        claim_order, chunk_order = fuse_evidence(candidates, self.weights)
+        dropped = 0
+        groups: dict[tuple[Any, ...], list[Any]] = {}
+        for fused in claim_order:
+            row = claim_rows.get(fused.item_id)
+            if row is None:
+                dropped += 1
+                continue
+            key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
+                   row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
+                   row["is_attributed"], row["attributed_to"])
+            groups.setdefault(key, []).append(row)
+        grouped = list(groups.values())
+        for members in grouped[:k]:
+            message = self._evidence(members[0], caller)
+            message.corroboration_count = len({m["doc_id"] for m in members})
+            message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
+            env.evidence.append(message)
+        kept_chunks = []
+        for fused in chunk_order:
+            row = chunk_rows.get(fused.item_id)
+            if row is None:
+                dropped += 1
+                continue
+            kept_chunks.append(row)
+        for row in kept_chunks[:k]:
+            message = chunk_message(row)
+            message.chunk_text = self.redact(message.chunk_text, caller)
+            env.chunks.append(message)
+        # Claims and passages share one fused scale: the ranking orders them together.
+        returned = {m[0]["claim_id"] for m in grouped[:k]} | {r["chunk_id"] for r in kept_chunks[:k]}
+        _ranking(env, sorted([*claim_order, *chunk_order], key=lambda f: (-f.score, str(f.item_id))), returned)
         env.dropped_by_hydration = dropped
         total = max(len(grouped), len(kept_chunks))
         if total > k or full:
