@@ -19,6 +19,7 @@ from bench import labelled, quality
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
+from services.platform.errors import InvalidArgument
 from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 from tests.conftest import clone_database
@@ -103,3 +104,26 @@ def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:
     assert rows
     for row in rows:
         assert any(line.startswith("[s") for line in row["chunk_text"].splitlines()), row["chunk_text"]
+
+
+def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanned(ingested) -> None:
+    dsn, _, _ = ingested
+
+    async def run() -> list:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            retrieval = Retrieval(db, HashEmbeddings(), None)
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            async with retrieval.snapshot() as conn:
+                assert await retrieval.legs.lexical(conn, "chunk", caller, "what did they say about it?", 50) == []
+            out = []
+            for query in ("who what when", "😀🎉😀", "Zebulon Quartermaine " * 380):  # the last: ~8 KB
+                out.append(await retrieval.run_operation(caller, "claims_and_sources_context", {"query": query}))
+            with pytest.raises(InvalidArgument, match="maxLength"):  # 100 KB: a clear 4xx, before any search
+                await retrieval.run_operation(caller, "claims_and_sources_context", {"query": "word " * 20_000})
+            return out
+        finally:
+            await db.close()
+    for env in asyncio.run(run()):
+        # no lexical match is possible, the semantic leg still answers: evidence or a typed negative
+        assert env.evidence or env.chunks or env.negative.explanation
