@@ -198,8 +198,12 @@ def table(title: str, results: dict[str, dict[str, Score]]) -> str:
 CHANNELS = (("claim", "bm25"), ("claim", "semantic"), ("chunk", "bm25"), ("chunk", "semantic"))
 
 
+OPERATIONS = ("claims_and_sources_context", "facts_context", "combined_context")
+
+
 async def testament_rankings(retrieval: Any, primitives: Any, caller: Any, questions: Sequence[Question],
-                             units: UnitMap, *, operations: bool = True) -> dict[str, dict[str, list[str]]]:
+                             units: UnitMap, *, operations: Sequence[str] = OPERATIONS
+                             ) -> dict[str, dict[str, list[str]]]:
     """Per system (each channel alone, the fused operation, …) the ranked units of each question."""
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
     for q in questions:
@@ -208,16 +212,17 @@ async def testament_rankings(retrieval: Any, primitives: Any, caller: Any, quest
             mapped = (units.of_claim(e) for e in env.evidence) if kind == "claim" else \
                 (units.of_chunk(c) for c in env.chunks)
             out[f"{kind}s alone, {channel}"][q.qid] = distinct(u for us in mapped for u in us)
-        if not operations:
-            continue
-        env = await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q.text})
-        out["claims_and_sources_context"][q.qid] = units.of_envelope(env)
-        env = await retrieval.run_operation(caller, "facts_context", {"query": q.text})
-        out["facts_context"][q.qid] = distinct(u for e in env.evidence for u in units.of_claim(e))
-        bundle = await retrieval.run_operation(caller, "combined_context", {"query": q.text})
-        out["combined_context"][q.qid] = distinct(
-            [*units.of_envelope(bundle.claims_and_sources),
-             *(u for e in bundle.facts.evidence for u in units.of_claim(e))])
+        if "claims_and_sources_context" in operations:
+            env = await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q.text})
+            out["claims_and_sources_context"][q.qid] = units.of_envelope(env)
+        if "facts_context" in operations:
+            env = await retrieval.run_operation(caller, "facts_context", {"query": q.text})
+            out["facts_context"][q.qid] = distinct(u for e in env.evidence for u in units.of_claim(e))
+        if "combined_context" in operations:
+            bundle = await retrieval.run_operation(caller, "combined_context", {"query": q.text})
+            out["combined_context"][q.qid] = distinct(
+                [*units.of_envelope(bundle.claims_and_sources),
+                 *(u for e in bundle.facts.evidence for u in units.of_claim(e))])
     return dict(out)
 
 

@@ -321,10 +321,15 @@ class EvidenceCandidates:
 # per kind of embedder: a lexical embedder (``hash``) mostly repeats what BM25 finds, a
 # semantic one adds what BM25 cannot. A change here must be re-measured there.
 EVIDENCE_WEIGHTS: dict[str, FusionWeights] = {
+    # all-MiniLM-L6-v2: fused recall@10 0.863 (MRR 0.620) on the 447 questions, against 0.811 (0.435)
+    # for the best channel alone (chunks, BM25); tuned on half the questions, the other half
+    # scored 0.847 against 0.833.
     "semantic": FusionWeights(claim_semantic=1.5, claim_bm25=0.75, chunk_semantic=0.75, chunk_bm25=1.0, k=5,
-                              depth=50, cross=0.0, entity_lift=0.1, temporal_lift=0.25),
-    "lexical": FusionWeights(claim_semantic=0.5, claim_bm25=2.0, chunk_semantic=0.75, chunk_bm25=1.0, k=5,
-                             depth=100, cross=0.1, entity_lift=0.0, temporal_lift=0.25),
+                              depth=50, cross=0.0, entity_lift=0.1, temporal_lift=0.0),
+    # hash: no mix beats chunks-BM25 alone at recall@10 (0.809); this one ties it with a
+    # slightly better MRR, and still returns the claims.
+    "lexical": FusionWeights(claim_semantic=0.25, claim_bm25=0.5, chunk_semantic=0.0, chunk_bm25=1.0, k=5,
+                             depth=200),
 }
 
 
@@ -367,11 +372,10 @@ def _channel_scores(legs: Mapping[str, Sequence[uuid.UUID]], kind: str, weights:
     out: dict[uuid.UUID, dict[str, float]] = {}
     for channel, ranked in legs.items():
         w = weights.weight(kind, channel)
-        if w <= 0:
-            continue
         for rank, item in enumerate(ranked[: weights.depth], start=1):
-            signals = out.setdefault(item, {})
-            signals[channel] = signals.get(channel, 0.0) + w / (weights.k + rank)
+            signals = out.setdefault(item, {})  # a channel weighted 0 still nominates, last
+            if w > 0:
+                signals[channel] = signals.get(channel, 0.0) + w / (weights.k + rank)
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.platform.auth import Caller
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.embeddings import provider_from_settings
+from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -22,6 +22,10 @@ async def build(settings: Settings) -> ServiceSpec:
         embedder = provider_from_settings(settings)
     except ValueError as exc:
         raise StartupError(f"testament-retrieval: {exc}") from None
+    try:
+        await warm_up(embedder)  # the model answers the first query at full speed: loaded before SERVING
+    except EmbeddingUnavailable as exc:
+        raise StartupError(f"testament-retrieval: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
     try:
         redactor = redactor_from_settings(settings)
     except ValueError as exc:

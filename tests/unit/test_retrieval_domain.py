@@ -64,7 +64,8 @@ def test_fusion_ranks_claims_and_passages_on_one_scale_with_shares_that_add_up()
 
     alone = FusionWeights(claim_semantic=0, claim_bm25=0, chunk_semantic=0, chunk_bm25=1)
     claims, chunks = fuse_evidence(candidates, alone)
-    assert claims == [] and [f.item_id for f in chunks] == [p1]  # one channel alone keeps its own order
+    assert [f.item_id for f in chunks] == [p1, p2]  # the weighted channel's order first, then the rest
+    assert all(f.score == 0 for f in claims) and {f.item_id for f in claims} == {c1, c2, c3}  # still returned
 
 
 def test_each_kind_of_embedder_has_its_weights() -> None:
