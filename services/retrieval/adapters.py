@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -66,6 +67,53 @@ _TARGETS: dict[str, dict[str, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Filters:
+    """What narrows a search leg, as data: the legs render it into their own SQL with their
+    own placeholder numbers (callers never write SQL fragments).
+
+    ``entity_ids``: claims that mention one of them, chunks holding such a claim, facts
+    whose subject or object is one of them. ``predicate``, ``fact_kind``, ``subject_id``:
+    facts only."""
+
+    entity_ids: Sequence[uuid.UUID] = ()
+    predicate: str | None = None
+    fact_kind: str | None = None
+    subject_id: uuid.UUID | None = None
+
+    def render(self, kind: str, first: int) -> tuple[str, list[Any]]:
+        """The ``AND …`` clause and its arguments, numbered from ``$first``."""
+        clauses: list[str] = []
+        args: list[Any] = []
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${first + len(args) - 1}"
+
+        if self.entity_ids:
+            ids = arg(list(self.entity_ids))
+            clauses.append({
+                "claim": f"EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
+                         f"AND m.resolved_entity_id = ANY({ids}::uuid[]))",
+                "chunk": f"EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
+                         f"WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY({ids}::uuid[]))",
+                "fact": f"(f.subject_entity_id = ANY({ids}::uuid[]) OR f.object_entity_id = ANY({ids}::uuid[]))",
+            }[kind])
+        if kind == "fact":
+            if self.predicate is not None:
+                clauses.append(f"f.predicate = {arg(self.predicate)}")
+            if self.fact_kind is not None:
+                clauses.append(f"f.kind = {arg(self.fact_kind)}")
+            if self.subject_id is not None:
+                clauses.append(f"f.subject_entity_id = {arg(self.subject_id)}")
+        elif self.predicate is not None or self.fact_kind is not None or self.subject_id is not None:
+            raise ValueError(f"predicate, fact_kind and subject_id filter facts, not {kind}s")
+        return "".join(f" AND {c}" for c in clauses), args
+
+
+NO_FILTERS = Filters()
+
+
 class SearchLegs:
     """Nomination channels: semantic (pgvector) and lexical (BM25) over chunks, claims,
     facts and entity profiles, each returning ids in rank order."""
@@ -95,8 +143,9 @@ class SearchLegs:
         return (await self.counts(conn, kind, caller))[0]
 
     async def semantic(self, conn: asyncpg.Connection, kind: str, caller: Caller, vector: Sequence[float], k: int,
-                       *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         t = _TARGETS[kind]
+        extra, extra_args = filters.render(kind, 5)
         dim = len(vector)
         query = np.asarray(vector, dtype=np.float32)
         eligible, total = await self.counts(conn, kind, caller)
@@ -126,12 +175,13 @@ class SearchLegs:
         return [(r["id"], float(r["score"])) for r in rows]
 
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
-                      *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+                      *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
         terms = sorted(set(query_tokens(text)))
         if not terms:
             return []
         t = _TARGETS[kind]
+        extra, extra_args = filters.render(kind, 6)
         rows = await conn.fetch(
             f"""WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
                                  FROM bm25_docs WHERE space_id = $1 AND target_kind = $3),
@@ -332,3 +382,26 @@ async def mentioning(conn: asyncpg.Connection, space_id: uuid.UUID, claim_ids: S
         if r["chunk_id"] in wanted_chunks:
             out.add(r["chunk_id"])
     return out
+
+
+async def facts_of_entities(conn: asyncpg.Connection, space_id: uuid.UUID, entity_ids: Sequence[uuid.UUID],
+                            limit: int) -> list[uuid.UUID]:
+    """Current facts about these entities (subject or object), best supported first."""
+    rows = await conn.fetch(
+        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
+            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""", space_id, list(entity_ids), limit)
+    return [r[0] for r in rows]
+
+
+async def context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
+                       context: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """For each candidate entity, how many visible current relations link it to the context."""
+    rows = await conn.fetch(
+        f"""SELECT x.entity_id, count(*) AS n FROM (SELECT unnest($3::uuid[]) AS entity_id) x
+              JOIN facts f ON f.kind = 'relation' AND f.invalidated_at IS NULL
+                          AND ((f.subject_entity_id = x.entity_id AND f.object_entity_id = ANY($4::uuid[]))
+                            OR (f.object_entity_id = x.entity_id AND f.subject_entity_id = ANY($4::uuid[])))
+             WHERE f.space_id = $1 AND {FACT_SUPPORTED}
+             GROUP BY x.entity_id""", caller.space_id, principals(caller), list(candidates), list(context))
+    return {r["entity_id"]: r["n"] for r in rows}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
@@ -238,7 +237,7 @@ class Retrieval:
                 tier, more = ("T3", len(hits) > width) if rows else ("", False)
             hits_by_entity: dict[uuid.UUID, int] = {}
             if context_ids and rows:
-                hits_by_entity = await _context_hits(conn, caller, [r["entity_id"] for r in rows], context_ids)
+                hits_by_entity = await db.context_hits(conn, caller, [r["entity_id"] for r in rows], context_ids)
         ranked = sorted(rows, key=lambda r: -hits_by_entity.get(r["entity_id"], 0))  # stable: reorders only
         for r in ranked:
             env.entities.add(entity_id=str(r["entity_id"]), canonical_name=self.redact(r["canonical_name"], caller),
@@ -288,29 +287,17 @@ class Retrieval:
                 if await _unknown_anchors(conn, caller, env, entity_ids):
                     return env
             scope_ids = list(dict.fromkeys([*(entity_ids or []), *expanded]))[:EXPANSION_CAP]
-            extra, extra_args = "", []
-            if scope_ids:
-                extra = "AND (f.subject_entity_id = ANY($6::uuid[]) OR f.object_entity_id = ANY($6::uuid[]))"
-                extra_args = [scope_ids]
-            if predicate:
-                extra += f" AND f.predicate = ${6 + len(extra_args)}"
-                extra_args.append(predicate)
-            semantic = await self.legs.semantic(conn, "fact", caller, vector, NOMINATE, extra=_shift(extra),
-                                                extra_args=extra_args)
-            lexical = await self.legs.lexical(conn, "fact", caller, query, NOMINATE, extra=extra,
-                                              extra_args=extra_args)
+            filters = db.Filters(entity_ids=scope_ids, predicate=predicate or None)
+            semantic = await self.legs.semantic(conn, "fact", caller, vector, NOMINATE, filters=filters)
+            lexical = await self.legs.lexical(conn, "fact", caller, query, NOMINATE, filters=filters)
             channels: dict[str, list[uuid.UUID]] = {"semantic": [i for i, _ in semantic],
                                                     "bm25": [i for i, _ in lexical]}
             if not entity_ids:
                 # Entity profiles: facts of the best-matching entities join the fusion.
                 profiles = await self.legs.semantic(conn, "entity", caller, vector, EXPANSION_CAP)
                 if profiles:
-                    rows = await conn.fetch(
-                        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
-                              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
-                            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""",
-                        caller.space_id, [p for p, _ in profiles], NOMINATE)
-                    channels["entity_profile"] = [r[0] for r in rows]
+                    channels["entity_profile"] = await db.facts_of_entities(conn, caller.space_id,
+                                                                            [p for p, _ in profiles], NOMINATE)
             fused = rrf(channels)[:NOMINATE]
             confirmed: list[Any] = []
             dropped = 0
@@ -408,20 +395,12 @@ class Retrieval:
         """Every channel's nominations for one question, confirmed in this snapshot: the
         candidates (pure data, for :func:`fuse_evidence`), the claim rows, the chunk rows, and
         whether some channel filled its whole depth."""
-        extra_claim, extra_chunk, extra_args = "", "", []
-        if entity_ids:
-            extra_args = [list(entity_ids)]
-            extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
-                           "AND m.resolved_entity_id = ANY($6::uuid[]))")
-            extra_chunk = ("AND EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
-                           "WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY($6::uuid[]))")
+        filters = db.Filters(entity_ids=list(entity_ids or ()))
         legs: dict[str, dict[str, list[uuid.UUID]]] = {"claim": {}, "chunk": {}}
         full = False
-        for kind, extra in (("claim", extra_claim), ("chunk", extra_chunk)):
-            semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, extra=_shift(extra),
-                                                extra_args=extra_args)
-            lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, extra=extra,
-                                              extra_args=extra_args)
+        for kind in ("claim", "chunk"):
+            semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, filters=filters)
+            lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, filters=filters)
             legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
             full = full or len(semantic) >= candidate_k or len(lexical) >= candidate_k
         claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
@@ -495,12 +474,6 @@ class Retrieval:
         return env
 
 
-def _shift(extra: str) -> str:
-    """Semantic legs bind one parameter fewer before the extra arguments than lexical legs:
-    renumber $6, $7… to $5, $6…"""
-    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) - 1}" if int(m.group(1)) >= 6 else m.group(0), extra)
-
-
 def _ranking(env: t.Envelope, fused: Sequence[Any], returned: set[uuid.UUID]) -> None:
     """Why each returned item ranked where it did: its fused score and each channel's share."""
     for item in fused:
@@ -518,18 +491,6 @@ async def _unknown_anchors(conn: asyncpg.Connection, caller: Caller, env: t.Enve
         negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
                  "resolve the name again with resolve_entity")
     return bool(missing)
-
-
-async def _context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
-                        context: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
-    rows = await conn.fetch(
-        f"""SELECT x.entity_id, count(*) AS n FROM (SELECT unnest($3::uuid[]) AS entity_id) x
-              JOIN facts f ON f.kind = 'relation' AND f.invalidated_at IS NULL
-                          AND ((f.subject_entity_id = x.entity_id AND f.object_entity_id = ANY($4::uuid[]))
-                            OR (f.object_entity_id = x.entity_id AND f.subject_entity_id = ANY($4::uuid[])))
-             WHERE f.space_id = $1 AND {db.FACT_SUPPORTED}
-             GROUP BY x.entity_id""", caller.space_id, db.principals(caller), list(candidates), list(context))
-    return {r["entity_id"]: r["n"] for r in rows}
 
 
 def struct(value: dict[str, Any]) -> struct_pb2.Struct:

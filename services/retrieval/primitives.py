@@ -69,8 +69,7 @@ class Primitives:
             dropped = 0
             if vector is not None:
                 hits = await self.r.legs.semantic(conn, "fact", caller, vector, k,
-                                                  extra="AND f.kind = 'observation' AND f.subject_entity_id = $5",
-                                                  extra_args=[entity_id])
+                                                  filters=db.Filters(fact_kind="observation", subject_id=entity_id))
                 found = await db.facts(conn, caller, [h for h, _ in hits])
                 rows = []
                 for fact_id, _ in hits:
