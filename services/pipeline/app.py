@@ -171,7 +171,8 @@ class Stages:
             raise StageFailure(
                 "provider_rejected",
                 f"this space embeds with {fixed[0]} ({fixed[1]} dimensions); the configured model "
-                f"{self.embeddings.model} ({self.embeddings.dimension}) is refused",
+                f"{self.embeddings.model} ({self.embeddings.dimension}) is refused: re-embed the space with "
+                f"`testament ops reembed`, then replay these units, or configure {fixed[0]} again",
                 permanent=True,
             )
 

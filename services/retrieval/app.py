@@ -175,7 +175,7 @@ class Retrieval:
         self.weights = weights or weights_for(embedder.model)
         self.embedder = embedder
         self.graph = graph
-        self.legs = db.SearchLegs()
+        self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
         self.redact = redact or (lambda text, caller: text)
 
     @asynccontextmanager

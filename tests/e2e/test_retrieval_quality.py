@@ -16,10 +16,11 @@ from contextlib import ExitStack
 import pytest
 
 from bench import labelled, quality
+from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
-from services.platform.errors import InvalidArgument
+from services.platform.errors import Conflict, InvalidArgument
 from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 from tests.conftest import clone_database
@@ -130,3 +131,43 @@ def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanne
     for env in asyncio.run(run()):
         # no lexical match is possible, the semantic leg still answers: evidence or a typed negative
         assert env.evidence or env.chunks or env.negative.explanation
+
+
+def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None:
+    # Runs last in this module: it changes the space's model.
+    dsn, _, _ = ingested
+    old, new = HashEmbeddings(), HashEmbeddings(dimension=256)
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            query = "Which company is Tom's new job with?"
+            stale = Retrieval(db, new, None)  # queries with a model the space was not embedded with
+            async with stale.snapshot() as conn:
+                assert await stale.legs.semantic(conn, "chunk", caller, await stale.embed_query(query), 10) == []
+            with pytest.raises(Conflict, match="testament ops reembed"):
+                await Primitives(stale).search(caller, "chunk", query, 10, "semantic")
+            env = await stale.run_operation(caller, "claims_and_sources_context", {"query": query})
+            assert env.chunks  # BM25 still answers
+
+            async with db.acquire() as conn:
+                summary = await reembed_space(conn, caller.space_id, new.embed, new.model)
+                assert summary["previous_model"] == old.model and summary["dimension"] == 256
+                assert all(n > 0 for n in summary["reembedded"].values())
+                for table, column in (("chunks", "embedding_model"), ("claims", "embedding_model"),
+                                      ("facts", "embedding_model"), ("entities", "profile_model")):
+                    models = await conn.fetch(f"SELECT DISTINCT {column} FROM {table} WHERE {column} IS NOT NULL")
+                    assert [r[0] for r in models] == [new.model], table
+            fresh = Retrieval(db, new, None)
+            env = await Primitives(fresh).search(caller, "chunk", query, 10, "semantic")
+            assert env.chunks and "Faria Logistics" in "".join(c.chunk_text for c in env.chunks)
+            async with db.acquire() as conn:
+                await conn.execute("INSERT INTO work_units (space_id, version_id, stage, unit_key, "
+                                   "component_version) SELECT $1, version_id, 'embed_chunk', 'x', 'embed_chunk/1' "
+                                   "FROM document_versions LIMIT 1", caller.space_id)
+                with pytest.raises(ReembedRefused, match="pending or running"):
+                    await reembed_space(conn, caller.space_id, old.embed, old.model)
+        finally:
+            await db.close()
+    asyncio.run(run())
