@@ -34,6 +34,7 @@ from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 
 LATENCY_QUERIES = 120
+FILLER_COPIES = 10  # 6 conversations x 10 copies: ~5k turns and blocks with the labelled set
 
 
 def log(message: str) -> None:
@@ -144,8 +145,20 @@ async def run() -> list[Row]:
                             extra=f"{r10:.3f} = {r10 / bm25_r10:.2f}x BM25 baseline ({bm25_r10:.3f}), "
                                   f"dense baseline {dense_r10:.3f} {r10 - dense_r10:+.3f}"))
 
-        latency = await _gateway_latency(port, questions, len(units))
-        rows.append(latency)
+        rows.append(await _gateway_latency(port, questions, len(units)))
+
+        # The same question mix on a space of ~5k turns: the labelled set among other people's
+        # conversations (renamed copies), ingested the same way.
+        extra = labelled.filler(sets, FILLER_COPIES)
+        started = time.perf_counter()
+        await ingest(ingest_proc.port, stack.dsn, [labelled.LabelledSet("filler", extra, [])])
+        wall = time.perf_counter() - started
+        size = sum(len(d.markdown.encode()) for d in extra)
+        turns = len(units) + sum(len(d.units) for d in extra)
+        rows.append(Row("quality", f"ingest {len(extra)} more conversations ({embedder.model})", len(extra),
+                        wall * 1000 / len(extra), wall * 1000 / len(extra),
+                        extra=f"{size / 1024 / wall * 60:,.0f} KB/min ({size / 1024:.0f} KB)"))
+        rows.append(await _gateway_latency(port, questions, turns))
     if not embedder.model.startswith("hash-"):
         rows.append(await _hash_ingest_baseline(sets, rows[0]))
     return rows

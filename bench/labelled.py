@@ -176,3 +176,35 @@ def parse_set(name: str, source: str) -> LabelledSet:
 def load(names: list[str] | None = None) -> list[LabelledSet]:
     paths = sorted(DATA_DIR.glob("*.txt"))
     return [parse_set(p.stem, p.read_text(encoding="utf-8")) for p in paths if names is None or p.stem in names]
+
+
+_FILLER_NAMES = ("Amara", "Bilal", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jasper", "Kalani",
+                 "Leon", "Mirela", "Nikhil", "Odette", "Pavel", "Quinn", "Rosalind", "Soren", "Talia")
+_FILLER_SURNAMES = ("Okoro", "Lindqvist", "Ferreira", "Nakamura", "Byrne", "Haddad", "Kowalski", "Mensah", "Rossi",
+                    "Varga", "Ahmadi", "Dubois", "Quispe")
+
+
+def filler(sets: list[LabelledSet], copies: int) -> list[Document]:
+    """Other people's conversations for scale: each labelled conversation again with its two
+    speakers renamed (in the turns' heads and text) and its dates moved on by a year per
+    copy. Not labelled; they make a space the size of a real one around the labelled set."""
+    import re
+
+    out = []
+    for copy in range(1, copies + 1):
+        for s in sets:
+            conversation = [d for d in s.documents if d.kind == "conversation"]
+            if not conversation:
+                continue
+            header = conversation[0].markdown.split("\n")[2]
+            names = [n.strip() for n in header.removeprefix("Participants:").split(",")]
+            k = copy * 7 + int(s.name[-2:]) * 5
+            pick = {n: f"{_FILLER_NAMES[(k + i * 3) % len(_FILLER_NAMES)]} {_FILLER_SURNAMES[(k + i) % 13]}"
+                    for i, n in enumerate(names)}
+            pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in names) + r")\b")
+            for d in conversation:
+                text = pattern.sub(lambda m, pick=pick: pick[m.group(1)], d.markdown)
+                text = re.sub(r"\b(20\d\d)-", lambda m, copy=copy: f"{int(m.group(1)) + copy}-", text)
+                when = d.modified_at.replace(year=d.modified_at.year + copy)
+                out.append(Document(f"filler-{copy}-{d.filename}", d.title, text, when, "conversation"))
+    return out
