@@ -206,5 +206,7 @@ def filler(sets: list[LabelledSet], copies: int) -> list[Document]:
                 text = pattern.sub(lambda m, pick=pick: pick[m.group(1)], d.markdown)
                 text = re.sub(r"\b(20\d\d)-", lambda m, copy=copy: f"{int(m.group(1)) + copy}-", text)
                 when = d.modified_at.replace(year=d.modified_at.year + copy)
-                out.append(Document(f"filler-{copy}-{d.filename}", d.title, text, when, "conversation"))
+                doc = Document(f"filler-{copy}-{d.filename}", d.title, text, when, "conversation")
+                doc.units = _units(doc)
+                out.append(doc)
     return out
