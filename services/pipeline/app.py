@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
-from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
+from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import build_sections, chunk, normalized_hash, parse_blocks, reuse_plan
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
@@ -63,7 +63,7 @@ class Stages:
                  redact_ingest: Callable[[str], str] | None = None,
                  relations: RelationProvider | None = None) -> None:
         self.facts = facts
-        self.relations = relations or RulesRelationProvider()
+        self.relations = relations or ParseRelationProvider()
         self.redact_ingest = redact_ingest
         self.confidence_floor = confidence_floor
         self.store = store

@@ -94,8 +94,9 @@ def test_the_billing_migration_timeline(pg, tmp_path: Path) -> None:
         assert ravi["superseded_by"] == dana["fact_id"]
         # the February slide supports Ravi's period; it does not change who leads now
         assert ravi["evidence_count"] == 2 and dana["evidence_count"] == 1
-        june = next(f for label, f in held.items() if "planned for June" in label)
-        october = next(f for label, f in held.items() if "moves to October" in label)
+        # labels are canonical statements built from the structured fact, not the sentence
+        june = held["billing migration launch: June 2026"]
+        october = held["billing migration launch: October 2026"]
         assert june["superseded_by"] == october["fact_id"] and october["superseded_by"] is None
         assert june["invalidated_at"] is None  # kept as history, with the kickoff notes as its source
         entities = stack.sql("SELECT canonical_name FROM entities WHERE normalized_name LIKE '%billing%'")
@@ -109,8 +110,8 @@ def test_contradicting_dates_form_a_group_and_a_correction_moves_the_window(pg, 
         ingest(stack, "standup", "# Standup\n\nThe billing migration cutover is scheduled for 15 June 2026.\n",
                "2026-04-28T10:00:00Z")
         held = facts(stack)
-        eight = held["The billing migration cutover is scheduled for 8 June 2026."]
-        fifteen = held["The billing migration cutover is scheduled for 15 June 2026."]
+        eight = held["billing migration cutover: 8 June 2026"]
+        fifteen = held["billing migration cutover: 15 June 2026"]
         assert eight["contradiction_group"] is not None
         assert eight["contradiction_group"] == fifteen["contradiction_group"]
         ingest(stack, "correction", "# Correction\n\nThe billing migration cutover moved from 8 June 2026 to "

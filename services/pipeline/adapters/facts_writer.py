@@ -83,10 +83,14 @@ class FactsWriter:
                     previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
                                                       cache)
                     features["previous_object_id"] = str(previous_id)
+                if draft.features.get("previous_holder"):
+                    # the previous holder is a mention like any other name ("took over X from Dev Patel")
+                    await fs.resolve(conn, source.space_id, source.doc_id, str(draft.features["previous_holder"]),
+                                     cache)
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
                 window = canonical_window(view.valid_from, view.valid_until, view.valid_precision)
-                if draft.kind == "relation":
+                if draft.kind == "relation" or draft.features.get("state"):
                     window = state_window(window, draft.change_kind)
                 await conn.execute(
                     """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
@@ -110,7 +114,7 @@ class FactsWriter:
         await fs.lock_space(conn, source.space_id)
         rows = await conn.fetch(
             """SELECT a.assertion_id, a.claim_id, a.kind, a.predicate, a.statement, a.valid_from, a.valid_until,
-                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id,
+                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id, c.asserted_at,
                       sm.resolved_entity_id AS subject_id, se.canonical_name AS subject_name,
                       om.resolved_entity_id AS object_id, oe.canonical_name AS object_name
                  FROM assertions a
@@ -133,9 +137,12 @@ class FactsWriter:
                 previous_value=features.get("previous_value"),
                 attribute=attribute_key(r["statement"] or "", subject_key),
                 statement_key=fs.statement_key(r["statement"]),
+                ends=bool(features.get("ends")), said_at=r["asserted_at"],
             )
             candidates = await fs.fact_views(conn, source.space_id, incoming, r["subject_name"])
-            verdict = decide(incoming, candidates, floor=floor)
+            ends = (await fs.pending_ends(conn, source.space_id, r["subject_id"], r["object_id"])
+                    if r["kind"] == "relation" else [])
+            verdict = decide(incoming, candidates, floor=floor, pending_ends=ends)
             label = (relation_label(r["subject_name"], r["predicate"], r["object_name"]) if r["kind"] == "relation"
                      else r["statement"])
             await fs.apply(conn, space_id=source.space_id, incoming=incoming, verdict=verdict,
