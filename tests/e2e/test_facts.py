@@ -190,3 +190,48 @@ def test_claims_naming_no_entity_make_no_fact_and_say_why(pg, tmp_path: Path, te
         outcomes = stack.sql("SELECT assertions, reason FROM normalization_outcomes WHERE version_id = $1",
                              uuid.UUID(version.version_id))
         assert all(o["assertions"] > 0 or o["reason"] for o in outcomes)
+
+
+def test_the_time_page_newest_first_gives_the_same_windows(pg, tmp_path: Path) -> None:
+    """A closing that arrives before the fact it closes is kept and applied (order independence)."""
+    with fresh_stack(pg, tmp_path) as stack:
+        ingest(stack, "oncall", "# On-call\n\nRavi is the on-call engineer for billing incidents.\n",
+               "2026-09-01T08:00:00Z")
+        ingest(stack, "retro", "# Retro notes\n\nRavi moved from the billing migration to the search team on 1 June.\n",
+               "2026-06-12T14:00:00Z")
+        ingest(stack, "kickoff", "# Kickoff notes\n\nRavi has been on the billing migration since yesterday.\n",
+               "2026-01-15T10:00:00Z")
+        held = facts(stack)
+        billing = held["Ravi works on billing migration"]
+        search = held["Ravi works on search team"]
+        assert (billing["valid_from"], billing["valid_until"]) == (day("2026-01-14"), day("2026-06-01"))
+        assert (search["valid_from"], search["valid_until"], search["valid_precision"]) == (
+            day("2026-06-01"), None, "open")
+        assert billing["superseded_by"] == search["fact_id"]
+
+
+def test_transitions_close_the_previous_holder_value_and_place(pg, tmp_path: Path) -> None:
+    with fresh_stack(pg, tmp_path) as stack:
+        ingest(stack, "sync-1", "# Orion sync\n\nLena Park leads the on-call rotation for Orion.\n\n"
+               "The Orion database is hosted in Frankfurt.\n\nThe Q3 marketing budget is 120,000 EUR.\n",
+               "2025-12-01T09:00:00Z")
+        ingest(stack, "sync-2", "# Orion sync\n\nAs of 1 January 2026, Kofi Mensah took over the on-call rotation "
+               "for Orion from Lena Park.\n\nWe migrated the Orion database from Frankfurt to Dublin on "
+               "20 February 2026.\n\nFinance cut the Q3 marketing budget to 90,000 EUR on 15 July 2026.\n",
+               "2026-07-20T09:00:00Z")
+        ingest(stack, "chat", "# Chat\n\n[t1 | 2026-03-02T10:00:00Z] Sam: I started at Nimbus Labs last week as a "
+               "data engineer.\n\n[t2 | 2026-03-02T10:01:00Z] Melanie: My kids.\n", "2026-03-02T10:00:00Z")
+        held = facts(stack)
+        lena = held["Lena Park leads on-call rotation for Orion"]
+        kofi = held["Kofi Mensah leads on-call rotation for Orion"]
+        assert (lena["valid_until"], lena["superseded_by"]) == (day("2026-01-01"), kofi["fact_id"])
+        assert (kofi["valid_from"], kofi["valid_until"]) == (day("2026-01-01"), None)
+        frankfurt = held["Orion database is located in Frankfurt"]
+        dublin = held["Orion database is located in Dublin"]
+        assert frankfurt["valid_until"] == day("2026-02-20") and dublin["valid_until"] is None
+        old, new = held["Q3 marketing budget: 120,000 EUR"], held["Q3 marketing budget: 90,000 EUR"]
+        assert old["superseded_by"] == new["fact_id"] and new["superseded_by"] is None
+        assert held["Sam works for Nimbus Labs"]["valid_from"] == day("2026-02-23")
+        claims = [r[0] for r in stack.sql("SELECT claim_text FROM claims")]
+        assert not any("said that" in c for c in claims)  # the speaker is in the attribution fields
+        assert not any("kids" in c for c in claims)  # a fragment without a predicate is no claim
