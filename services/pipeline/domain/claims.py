@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
@@ -143,6 +143,8 @@ class ParsedClaimProvider:
 
 
 _SINCE_THEN_RE = re.compile(r"\b(?:[Ss]ince then|[Ee]ver since|[Ff]rom then on|[Ss]ince that (?:day|date|time))\b")
+_UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu]p to then"
+                            r"|[Uu]ntil that (?:day|date))\b")
 
 
 _POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
@@ -176,6 +178,23 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
                                       draft.claim_text[:200]))
             continue
         since = _SINCE_THEN_RE.search(draft.claim_text)
+        until = _UNTIL_THEN_RE.search(draft.claim_text) if since is None else None
+        if until is not None and draft.valid_precision == "unknown" and last_event is not None \
+                and last_event.valid_from is not None:
+            # "Until then the team was led by Sara": it held up to the event just told (exclusive)
+            day = last_event.valid_from.date()
+            word = "Until" if until.group()[0].isupper() else "until"
+            text = draft.claim_text[:until.start()] + f"{word} {timeparse.render_day(day)}" + \
+                draft.claim_text[until.end():]
+            decisions.append(Decision("decontext_edit", "date_resolved", draft.char_start, draft.char_end,
+                                      f"{until.group()} -> {timeparse.render_day(day)} (the event just told)"))
+            draft = ClaimDraft(text, draft.source_span, draft.char_start, draft.char_end,
+                               (*draft.evidence_spans, EvidenceSpan(last_event.char_start, last_event.char_end)),
+                               draft.is_attributed, draft.attributed_to, _added_words(text, draft.source_span),
+                               "dynamic", None, last_event.valid_from - timedelta(days=1), "day", "effective_period",
+                               draft.kept_flagged)
+            kept.append(draft)
+            continue
         if since is not None and draft.valid_precision == "unknown":
             if last_event is not None and last_event.valid_from is not None:
                 day = last_event.valid_from.date()
@@ -663,7 +682,13 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
         word_start -= 1
     word = document[word_start:index + 1].lstrip("(\"'“‘*_")
     if word.lower() in _ABBREVIATIONS:
-        return False
+        # "… works for Acme Corp.⏎He is …": notes are written a line a sentence, so an
+        # abbreviation at a line's end closes the sentence (a title before a name does not)
+        k = index + 1
+        while k < len(document) and document[k].isspace() and document[k] != "\n":
+            k += 1
+        at_line_end = k < len(document) and document[k] == "\n"
+        return at_line_end and word.lower() not in ("dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "mt.")
     if re.fullmatch(r"[A-Z]\.", word):
         return False  # an initial: "Ravi S. owns ..."
     return re.fullmatch(r"(?:[A-Za-z]\.){2,}", word) is None

@@ -283,6 +283,9 @@ class ParseRelationProvider:
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
+                if draft.features.get("attribute"):  # "the new deadline" can refer back to it
+                    aliases.add(normalize_name(str(draft.features["attribute"])))
+            aliases.update(_attributes_named(claim.claim_text, aliases))
             out.append((drafts, None if drafts else (reason or "unknown_predicate")))
         return out
 
@@ -337,7 +340,13 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                                              else None, features=features))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
-            anchor = _attribute_anchor(_bare_reference(r.attribute, known_aliases), known_aliases)
+            attribute, renewed = _attribute_reference(r.attribute, known_aliases)
+            if renewed and r.change == "none":
+                r = reading.Reading(**{**r.__dict__, "change": "succession"})
+            if attribute != r.attribute:
+                r = reading.Reading(**{**r.__dict__, "attribute": attribute,
+                                       "label": f"{attribute}: {r.value}"})
+            anchor = _attribute_anchor(attribute, known_aliases)
             if anchor is not None:
                 change = _CHANGE[r.change]
                 previous_value = None
@@ -385,10 +394,43 @@ def _in_future(claim: ClaimView, text: str) -> bool:
     return bool(_FORWARD.search(text))
 
 
+# Nouns that name an attribute of the thing before them ("the migration deadline").
+_ATTRIBUTE_HEADS = frozenset("""deadline date budget cost costs price fee target status launch cutover size headcount
+rate count release kickoff start end name owner version score""".split())
+_RENEWAL_WORDS = frozenset("new revised updated latest current final adjusted".split())
+
+
+def _attributes_named(text: str, aliases: set[str]) -> set[str]:
+    """"<known name> <attribute noun>" said in a claim ("the data warehouse migration deadline
+    was pushed back"): attribute names a later "the new deadline" may refer to."""
+    folded = normalize_name(text)
+    found = set()
+    for head in _ATTRIBUTE_HEADS:
+        if f" {head}" not in f" {folded}":
+            continue
+        for alias in aliases:
+            if alias and f"{alias} {head}" in folded:
+                found.add(f"{alias} {head}")
+    return found
+
+
+def _attribute_reference(attribute: str, known_aliases: frozenset[str]) -> tuple[str, bool]:
+    """"the new deadline" after "the data warehouse migration deadline": that attribute, and
+    whether the words say it replaces the old value."""
+    words = attribute.split()
+    renewed = bool(words) and words[0].lower() in _RENEWAL_WORDS
+    rest = " ".join(words[1:]) if renewed else attribute
+    if len(rest.split()) == 1 and rest[:1].islower():
+        matches = {alias for alias in known_aliases if len(alias.split()) > 1 and alias.split()[-1] == rest.lower()}
+        if len(matches) == 1:
+            return next(iter(matches)), renewed
+    return attribute, renewed and rest != attribute
+
+
 def _bare_reference(surface: str, known_aliases: frozenset[str]) -> str:
     """"the service" after "the feature flag service": the one known name with that head."""
     key = normalize_name(surface)
-    if not key or " " in key or key not in BARE_HEAD_NOUNS:
+    if not key or " " in key or surface[:1].isupper() and key not in BARE_HEAD_NOUNS:
         return surface
     matches = {alias for alias in known_aliases if alias != key and len(alias.split()) > 1
                and (alias.split()[-1] == key or (alias.split()[0] == key and len(alias.split()) == 2))}
@@ -414,6 +456,9 @@ def _attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | No
     if best is not None:
         return best
     surface = clean_surface(attribute)
+    words = surface.split()
+    if len(words) > 2 and words[-1].lower() in _ATTRIBUTE_HEADS and is_entity_name(" ".join(words[:-1])):
+        return " ".join(words[:-1])  # "data warehouse migration deadline": the migration's deadline
     if is_entity_name(surface):
         return surface
     head = clean_surface(re.split(r"\s+(?:for|of|in|during)\s+", attribute, maxsplit=1)[0])

@@ -131,9 +131,12 @@ def _is_time(token: Any) -> bool:
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
                            "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep"})
 _NP_KEEP_PREPS = frozenset({"of", "for", "on"})
+_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at"}
+# "on leave", "on call": a state of the person, not work on a thing
+_NOT_WORK = frozenset("leave holiday vacation call duty site track time schedule board hold break sabbatical".split())
 
 
-def _np_tokens(token: Any) -> list[Any]:
+def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     """A noun phrase: the head with its modifiers and its "of"/"for" complements (not dates,
     clauses, conjuncts or other prepositional phrases)."""
     out = [token]
@@ -142,7 +145,7 @@ def _np_tokens(token: Any) -> list[Any]:
             if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
                 out.extend(sibling.subtree)
     for child in token.children:
-        if child.dep_ == "prep" and child.lower_ in _NP_KEEP_PREPS and child.i > token.i:
+        if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i:
             objects = [c for c in child.children if c.dep_ == "pobj"]
             # "budget for Q4" names the attribute; "on 3 May" does not
             timed = any(_is_time(o) for o in objects) and child.lower_ != "for"
@@ -163,13 +166,13 @@ def _np_tokens(token: Any) -> list[Any]:
     return sorted(set(out), key=lambda t: t.i)
 
 
-def _np_text(token: Any) -> str:
+def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     for child in token.children:  # "a small studio called Pixelmoor": the name
         if child.dep_ == "acl" and child.lemma_.lower() in ("call", "name"):
             named = next((c for c in child.children if c.dep_ in ("oprd", "attr", "dobj", "xcomp")), None)
             if named is not None:
                 return _np_text(named)
-    tokens = _np_tokens(token)
+    tokens = _np_tokens(token, keep)
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
     text = "".join(t.text_with_ws for t in tokens).strip()
@@ -341,7 +344,9 @@ def _without_leading_time(text: str) -> str:
     """"On 6 April 2026 Priya replaced Tom …" → "Priya replaced Tom …": the claim carries
     the window already, and the small parser often hangs a leading date on the subject."""
     for expression in timeparse.find_time_expressions(text, None):
-        if expression.start == 0:
+        if expression.start == 0 or (expression.start <= 12 and re.match(
+                r"^(?:effective|starting|beginning|as of|from|since|until|as from)\s*$", text[:expression.start],
+                re.IGNORECASE)):
             rest = text[expression.end:].lstrip(" ,")
             if len(rest.split()) >= 2:
                 return rest[:1].upper() + rest[1:]
@@ -586,6 +591,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
                 of = _non_time(c.preps.get("of"))
                 return _rel(subjects, "other:leads", _np_text(of) if of is not None else None, change, text)
             on = _non_time(c.preps.get("on"))
+            if on is not None and on.lower_ in _NOT_WORK:
+                return None
             if on is not None and subjects and c.subjects and _is_personish(c.subjects[0]):
                 return _rel(subjects, "works_on", _np_text(on), change, text)
             place = _non_time(c.preps.get("in") or c.preps.get("at"))
@@ -637,7 +644,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         c.subjects[0] if c.subjects else None)
     if thing is None or thing.lower_ in _PRONOUNS:
         return None
-    name = _np_text(thing)
+    name = _np_text(thing, _ATTRIBUTE_PREPS)  # "headcount in customer success" names the attribute
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
@@ -673,6 +680,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         if value is not None and value.lemma_.lower() in _STATUS_WORDS:
             return [_attr(name, "status", value.lower_, change, text, state=True)]
         if value is not None and _is_valueish(value) and not _is_person(thing):
+            if _is_time(value):  # "the deadline is 14 July": a date, not a state that starts
+                return [_attr(name, None, _value_of(value), change, text, schedule=True)]
             return [_attr(name, None, _value_of(value), change, text, state=True)]
         when = _first(c.preps, "on", "for", "in", "at")
         if value is None and when is not None and _is_time(when) and not _is_person(thing):

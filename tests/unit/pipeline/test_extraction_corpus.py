@@ -14,9 +14,6 @@ from bench._extraction import load_corpus, parse_extractor, run_scenario, score,
 SCENARIOS = load_corpus()
 # Scenarios the extractor is known to get wrong, with why (strict: fixing one fails here).
 KNOWN_MISSES = {
-    # "Acme Corp." ends the sentence for the regex segmenter, so the next sentence's
-    # unresolved "He" drops both
-    "left-company",
     # "It is owned by …" after "The notification service sends …": the regex claim stage finds
     # no antecedent for "it"; and "deployed in Frankfurt and Dublin" gives one host, not two
     "wiki-service-page",
