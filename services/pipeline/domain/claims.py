@@ -961,6 +961,8 @@ def _has_anchor(ctx: _Context, statement: str, in_turn: bool) -> bool:
                 "them", "i'm", "we're", "he's", "she's", "it's", "i'll", "we'll", "i've", "we've"}
     if any(w in pronouns for w in lowered):
         return True
+    if in_turn and any(w in ("you", "your", "you're", "you've", "you'll") for w in lowered):
+        return True  # "you" in a turn is the other party
     specific = {"the", "this", "that", "these", "those", "my", "our", "your", "his", "her", "its", "their"}
     return any(w in specific for w in lowered[:3])
 
@@ -1361,9 +1363,43 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             noun, span = antecedent
             replacement = _contracted(noun, lowered, next_word, possessive=base == "its")
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {noun}", (span,)))
+        elif base in ("you", "your", "yours", "yourself") and not ctx.speaker_prefix:
+            other = _other_party(ctx, sentence)
+            if other is None:
+                return word
+            replacement = _contracted(other, lowered, next_word, possessive=base in ("your", "yours"))
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {other}",
+                               (ctx.model.participants_span,) if ctx.model.participants_span else ()))
+            if lowered == "you":
+                edits.extend(_agreement_edit(document, end, part.end) or _conjugation_edit(document, end, part.end))
         else:
             return word
     return edits
+
+
+def _other_party(ctx: _Context, sentence: _Sentence) -> str | None:
+    """"you" in a two-person chat: the party who is not speaking."""
+    speaker = sentence.unit.speaker
+    if speaker is None:
+        return None
+    parties = {p.split()[0]: p for p in ctx.model.participants}
+    for other in ctx.model.sentences:
+        if other.unit.speaker:
+            parties.setdefault(other.unit.speaker.split()[0], other.unit.speaker)
+    parties.pop(speaker.split()[0], None)
+    return next(iter(parties.values())) if len(parties) == 1 else None
+
+
+_YOU_VERBS = {"are": "is", "were": "was", "have": "has", "aren't": "isn't", "weren't": "wasn't", "haven't": "hasn't"}
+
+
+def _agreement_edit(document: str, after: int, limit: int) -> list[_Edit]:
+    match = _TOKEN_RE.search(document, after, limit)
+    if match is None or match.group().lower() not in _YOU_VERBS:
+        return []
+    word = match.group()
+    return [_Edit(match.start(), match.end(), _YOU_VERBS[word.lower()], "pronoun_resolved", f"{word} -> "
+                  f"{_YOU_VERBS[word.lower()]}")]
 
 
 def _resolve_subject_pronoun(ctx: _Context, sentence: _Sentence,

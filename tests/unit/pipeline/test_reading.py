@@ -149,3 +149,11 @@ async def test_bad_input_gives_a_named_outcome_and_no_crash(document: str) -> No
 def test_reading_is_deterministic() -> None:
     text = "Ines Duarte and Zoe Martin took over the growth squad from Marek Novak on 2 February 2026."
     assert read(text) == read(text)
+
+
+def test_you_is_the_other_party_of_a_two_person_chat_only() -> None:
+    two, _ = run("[t1 | 2026-03-02T10:00:00Z] Ana: You are the owner of the release notes now.\n\n"
+                 "[t2 | 2026-03-02T10:01:00Z] Ben: Thanks.\n")
+    assert [(c.claim_text, c.attributed_to) for c in two] == [("Ben is the owner of the release notes now.", "Ana")]
+    three, decisions = run("Participants: Ana, Ben, Cy\n\n[t1 | 2026-03-02T10:00:00Z] Ana: You own the changelog.\n")
+    assert three == [] and any(d.reason == "unresolved_reference" for d in decisions)
