@@ -314,9 +314,11 @@ class Stages:
 
     async def _reconcile(self, unit: Claimed, source: VersionSource) -> Done:
         rerun = bool(generation_suffix(unit.unit_key))
+        markdown = await self._markdown_of(source)
 
         async def write(conn: Any) -> None:
             await self.facts.reconcile(conn, source, reextracted_by=self.claims.version if rerun else None)
+            await self.facts.link_citations(conn, source, markdown)  # what this document links to or cites
 
         return Done(write)
 

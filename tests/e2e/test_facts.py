@@ -235,3 +235,16 @@ def test_transitions_close_the_previous_holder_value_and_place(pg, tmp_path: Pat
         claims = [r[0] for r in stack.sql("SELECT claim_text FROM claims")]
         assert not any("said that" in c for c in claims)  # the speaker is in the attribution fields
         assert not any("kids" in c for c in claims)  # a fragment without a predicate is no claim
+
+
+def test_references_between_documents_become_crossrefs_in_either_order(pg, tmp_path: Path) -> None:
+    with fresh_stack(pg, tmp_path) as stack:
+        note = ingest(stack, "notes/standup", "# Stand-up\n\nSee the Q3 hiring plan for the numbers.\n",
+                      "2026-07-01T09:00:00Z")
+        plan = ingest(stack, "notes/q3-hiring-plan", "# Q3 hiring plan\n\nWe hire two engineers.\n",
+                      "2026-06-01T09:00:00Z")
+        memo = ingest(stack, "notes/memo", "# Memo\n\nNumbers are in [the plan](notes/q3-hiring-plan.md).\n",
+                      "2026-07-02T09:00:00Z")
+        rows = stack.sql("SELECT from_doc_id, to_doc_id, kind FROM document_crossrefs")
+        assert {(str(r["from_doc_id"]), str(r["to_doc_id"]), r["kind"]) for r in rows} == {
+            (note.doc_id, plan.doc_id, "cites"), (memo.doc_id, plan.doc_id, "links_to")}

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.pipeline.adapters import crossrefs
 from services.pipeline.adapters import facts_store as fs
 from services.pipeline.adapters.store import VersionSource, derived_id
 from services.pipeline.domain.adjudicate import Incoming, decide
@@ -179,6 +180,10 @@ class FactsWriter:
             return
         retired = await fs.supersede_living_testimony(conn, source.space_id, source.doc_id, source.version_id)
         await refresh_support(conn, source.space_id, await facts_of_claims(conn, retired), retract=True)
+
+    async def link_citations(self, conn: asyncpg.Connection, source: VersionSource, markdown: str) -> None:
+        """Cross-references this version makes (and earlier documents make to it), for citation paths."""
+        await crossrefs.link_version(conn, source, markdown)
 
     async def labels_and_profiles(self, source: VersionSource) -> tuple[list[asyncpg.Record], dict[uuid.UUID, str]]:
         facts = await fs.facts_of_version(self.db, source.version_id)
