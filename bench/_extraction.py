@@ -10,7 +10,7 @@ write rules mirror ``facts_store.apply``.
 
 Corpus format::
 
-    ## <scenario id> | <genre>
+    === scenario <id> | <genre>
     --- <said-on ISO time>
     <document Markdown>
     --- <said-on ISO time>
@@ -88,9 +88,9 @@ def load_corpus(path: Path = CORPUS) -> list[Scenario]:
         buffer = []
 
     for raw in path.read_text(encoding="utf-8").splitlines():
-        if raw.startswith("## "):
+        if raw.startswith("=== scenario "):
             flush()
-            ident, _, genre = raw[3:].partition("|")
+            ident, _, genre = raw[len("=== scenario "):].partition("|")
             current = Scenario(ident.strip(), genre.strip())
             scenarios.append(current)
             section = None

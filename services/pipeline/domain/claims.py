@@ -173,7 +173,8 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
     kept: list[ClaimDraft] = []
     last_event: ClaimDraft | None = None
     for draft in drafts:
-        if _is_fragment(nlp.parse(reading.prepared(draft.claim_text))):
+        if _is_fragment(nlp.parse(reading.prepared(draft.claim_text))) and not reading.is_key_value(
+                draft.claim_text):
             decisions.append(Decision("claimify_omitted", "no_predicate", draft.char_start, draft.char_end,
                                       draft.claim_text[:200]))
             continue
@@ -299,6 +300,8 @@ _INTERJECTION_RE = re.compile(
     re.IGNORECASE,
 )
 
+# chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also)\s*[.,!:]?\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
 _BOILERPLATE_RE = re.compile(
     r"^\s*(?:copyright\b|©|all rights reserved|see also\b|references\s*$|further reading|https?://\S+\s*$)",
@@ -413,7 +416,7 @@ _DEFINITE_NP_RE = re.compile(
 )
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
-    r"(?<![\w'’])(I['’](?:m|ve|ll|d)|I|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
+    r"(?<![\w'’])([Ii]['’](?:m|ve|ll|d)|I|i(?=\s)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
     r"|[Oo]urs|[Oo]urselves|[Hh]e['’](?:s|ll|d)|[Hh]e|[Hh]im|[Hh]is|[Hh]imself|[Ss]he['’](?:s|ll|d)|[Ss]he|[Hh]er"
     r"|[Hh]ers|[Hh]erself|[Ii]t['’]s|[Ii]t|[Ii]ts|[Ii]tself|[Tt]hey['’](?:re|ve|ll|d)|[Tt]hey|[Tt]hem|[Tt]heir"
     r"|[Tt]heirs|[Tt]hemselves|[Yy]ou['’](?:re|ve|ll|d)|[Yy]ou|[Yy]our|[Yy]ours|[Yy]ourself)(?![\w'’])"
@@ -895,8 +898,10 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     document = ctx.model.text
     start, end = sentence.start, sentence.end
-    interjection = _INTERJECTION_RE.match(document[start:end])
-    if interjection and end - (start + interjection.end()) > 0:
+    for _ in range(3):  # "ok. btw Wen joined …": each leading interjection
+        interjection = _INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+        if not interjection or end - (start + interjection.end()) <= 0:
+            break
         start += interjection.end()
     text = _normalise_space(_clean_markdown(document[start:end]))
     in_turn = sentence.unit.speaker is not None
@@ -1365,6 +1370,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {noun}", (span,)))
         elif base in ("you", "your", "yours", "yourself") and not ctx.speaker_prefix:
             other = _other_party(ctx, sentence)
+            if other is None and base == "your" and ctx.keep_unresolved_we:
+                continue  # "your renewal date" in a letter: the reader's, kept as written
             if other is None:
                 return word
             replacement = _contracted(other, lowered, next_word, possessive=base in ("your", "yours"))

@@ -371,8 +371,21 @@ def _without_prefix(text: str) -> tuple[str, bool]:
     return rest[:1].upper() + rest[1:], bool(match.group("correction"))
 
 
+_KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<value>[^:]*?\d[^:]*?)\s*[.;]?\s*$")
+
+
+def is_key_value(text: str) -> bool:
+    """"Authorisation rate: 94.1 percent": a named value written as a label and a number."""
+    return _KEY_VALUE.match(text) is not None
+
+
 def read(text: str) -> list[Reading]:
     """The readings of one claim text, in order."""
+    key_value = _KEY_VALUE.match(text)
+    if key_value is not None and len(key_value.group("value").split()) <= 6:
+        name = key_value.group("name").strip()
+        return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
+                      state=False)]
     text, corrected = _without_prefix(text)
     text = _without_leading_time(text)
     doc = nlp.parse(text)
@@ -581,6 +594,17 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         role = _role(c.attr)
         if role is not None:
             return _rel(subjects, role[0], role[1], change, text)
+        holder = c.attr if c.attr is not None and _is_personish(c.attr) else None
+        if holder is not None and c.subjects:
+            # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
+            role = _role(c.subjects[0])
+            if role is not None:
+                return _rel([_np_text(holder)], role[0], role[1], change, text)
+            head = c.subjects[0]
+            owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
+            if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
+                return _rel([_np_text(owner).removesuffix("'s").removesuffix("’s")], "reports_to",
+                            _np_text(holder), change, text)
         if c.acomp is not None and c.acomp.lemma_.lower() in ("responsible", "accountable"):
             target = _non_time([o for p in c.acomp.children if p.dep_ == "prep" and p.lower_ == "for"
                                 for o in p.children if o.dep_ == "pobj"])
@@ -611,7 +635,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     del key
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
-        if place is not None and (_is_place(place) or base != "run"):
+        thing = c.subjects[0] if c.subjects else None
+        if place is not None and (_is_place(place) or base != "run"
+                                  or (thing is not None and not _is_personish(thing))):
             return _rel(subjects, "located_in", _np_text(place), change, text)
     if base == "host" and c.objects and c.subjects and _is_place(c.subjects[0]):
         return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(c.subjects[0]), change, text)
@@ -679,6 +705,9 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         value = c.attr or c.acomp
         if value is not None and value.lemma_.lower() in _STATUS_WORDS:
             return [_attr(name, "status", value.lower_, change, text, state=True)]
+        if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
+                and thing.pos_ != "PROPN" and not _is_valueish(value)):
+            return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
         if value is not None and _is_valueish(value) and not _is_person(thing):
             if _is_time(value):  # "the deadline is 14 July": a date, not a state that starts
                 return [_attr(name, None, _value_of(value), change, text, schedule=True)]

@@ -19,6 +19,11 @@ KNOWN_MISSES = {
     "wiki-service-page",
     # "Eva owns the budget, so I will check": the small parser makes "owns" a clause of "check"
     "chat-planning-trip",
+    # "Until then it was maintained by Jorge": the regex claim stage's antecedents for "it" are
+    # lowercase definite noun phrases, so "the Atlas service" is not one and the claim is omitted
+    "wiki-history",
+    # "The minimum supported iOS version is 16": the small parser makes "supported" the verb
+    "release-notes",
 }
 
 
