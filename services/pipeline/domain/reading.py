@@ -131,7 +131,7 @@ def _is_time(token: Any) -> bool:
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
                            "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep"})
 _NP_KEEP_PREPS = frozenset({"of", "for", "on"})
-_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at"}
+_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per"}
 # "on leave", "on call": a state of the person, not work on a thing
 _NOT_WORK = frozenset("leave holiday vacation call duty site track time schedule board hold break sabbatical".split())
 
@@ -440,7 +440,8 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
         return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text)]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
-    if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once") for t in c.head.children) or (
+    if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
+           for t in c.head.children) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]
@@ -557,6 +558,11 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
                 t.lower_ in _ORG_WORDS for t in destination.subtree) else "works_on"
         else:
             predicate = "located_in"
+        product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
+            and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
+        if base in ("switch", "migrate") and not c.objects and not c.passive and product and (
+                predicate != "located_in" or base == "switch"):
+            predicate = "uses"  # "the web team switched from Jenkins to GitHub Actions": a tool
         movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
         return _rel(movers, predicate, _np_text(destination), succession, text,
                     previous=_np_text(source) if source is not None else None)
@@ -582,9 +588,10 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
-        if base == "assign":
+        if base in ("assign", "reassign", "allocate", "give", "hand"):
             target = _non_time(c.preps.get("to"))
-            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, change, text)
+            succession = "succession" if base in ("reassign", "hand") and change == "none" else change
+            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
         if base in _LOCATION_VERBS:
             place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
             if place is not None:
@@ -718,6 +725,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         stands = _first(c.preps, "at")
         if value is None and stands is not None and _is_valueish(stands):
             return [_attr(name, None, _value_of(stands), change, text, state=True)]
+    if base == "have" and c.objects and _is_valueish(c.objects[0]) and not _is_personish(thing) \
+            and thing.pos_ != "PRON":
+        # "the partner programme has 48 active partners"
+        return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(c.objects[0]), change, text,
+                      state=True)]
     if base in ("stand", "sit", "total", "reach", "cost", "hit") and not _is_person(thing):
         value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)
         if value is not None and _is_valueish(value):
