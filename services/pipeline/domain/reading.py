@@ -175,6 +175,8 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     tokens = _np_tokens(token, keep)
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
+    # "p95 latency of the search API": articles inside a name say nothing either
+    tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
     text = "".join(t.text_with_ws for t in tokens).strip()
     return re.sub(r"\s+", " ", text).strip(" ,.;:")
 
@@ -722,6 +724,14 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         when = _first(c.preps, "on", "for", "in", "at")
         if value is None and when is not None and _is_time(when) and not _is_person(thing):
             return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+        if c.acomp is not None and c.acomp.lemma_.lower() in ("due", "scheduled", "planned", "expected", "set",
+                                                              "slated", "booked", "targeted"):
+            # "the first milestone is due on 27 February"
+            inner: dict[str, list[Any]] = {}
+            _prep_args(c.acomp, inner)
+            when = _first(inner, "on", "for", "in", "by", "at")
+            if when is not None and _is_time(when) and not _is_person(thing):
+                return [_attr(name, None, _value_of(when), change, text, schedule=True)]
         stands = _first(c.preps, "at")
         if value is None and stands is not None and _is_valueish(stands):
             return [_attr(name, None, _value_of(stands), change, text, state=True)]
