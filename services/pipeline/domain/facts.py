@@ -302,7 +302,13 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
     text = claim.claim_text.strip()
     readings = reading.read(text)
     holder = clean_surface(claim.attributed_to) if claim.is_attributed and claim.attributed_to else None
-    if holder is not None and any(r.kind == "reported" for r in readings):
+    reported = next((r for r in readings if r.kind == "reported"), None)
+    if holder is None and reported is not None and reported.subject:
+        holder = clean_surface(reported.subject)  # "Dana told the team that …": Dana's stance
+        if is_entity_name(holder):
+            return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
+        holder = None
+    if holder is not None and reported is not None:
         if not is_entity_name(holder):
             return [], "no_entity"
         return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
@@ -387,9 +393,12 @@ _FORWARD = re.compile(r"\b(?:next|coming|upcoming)\s+(?:week|sprint|month|quarte
 
 
 def _in_future(claim: ClaimView, text: str) -> bool:
-    """A transition dated after it was said, or said with "next sprint": a plan, not a state."""
-    if claim.valid_from is not None and claim.asserted_at is not None and \
-            claim.valid_from.date() > claim.asserted_at.date():
+    """A transition said with "next sprint", or dated vaguely after it was said ("moves to the
+    new portal in June"): a plan, not a state. An announced day ("takes over as head of sales
+    on 1 July") is a scheduled state with a window that starts then."""
+    later = claim.valid_from is not None and claim.asserted_at is not None and \
+        claim.valid_from.date() > claim.asserted_at.date()
+    if later and claim.valid_precision not in ("day", "instant", "open"):
         return True
     return bool(_FORWARD.search(text))
 

@@ -26,6 +26,8 @@ KNOWN_MISSES = {
     "release-notes",
     # "The search API runs in Frankfurt": the small parser tags "runs" as a plural noun
     "status-regression",
+    # "Monika Weiss, who led sales since 2023, becomes …": a relation inside a relative clause
+    "exec-email",
 }
 
 

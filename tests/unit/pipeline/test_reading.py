@@ -90,9 +90,13 @@ def test_a_turn_is_the_speakers_testimony_and_reported_speech_a_stance() -> None
     assert reported.kind == "observation" and reported.features == {"stance_of": "Ravi"}
 
 
-def test_a_date_said_to_start_after_it_was_said_is_a_plan() -> None:
+def test_a_vague_date_after_it_was_said_is_a_plan_and_an_announced_day_a_scheduled_state() -> None:
+    view = ClaimView("c", "The sales team moves to the Lisbon office in August 2026.", False, None,
+                     dt.datetime(2026, 8, 1, tzinfo=dt.UTC), dt.datetime(2026, 8, 31, tzinfo=dt.UTC), "month",
+                     "event_time", SAID)
+    assert read_claim(view)[0][0].features.get("kind") == "plan"
     d = one("Kofi Mensah took over the on-call rotation.", valid_from=dt.datetime(2026, 5, 1, tzinfo=dt.UTC))
-    assert d.features.get("kind") == "plan"
+    assert (d.kind, d.change_kind) == ("relation", "succession")
 
 
 def test_passive_agent_is_the_holder() -> None:
