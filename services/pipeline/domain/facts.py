@@ -314,7 +314,10 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
         return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
     drafts: list[AssertionDraft] = []
     reason: str | None = None
-    for r in readings:
+    structured = [r for r in readings if r.kind in ("relation", "attribute")]
+    # structured readings first; a clause read only as a statement is the claim's observation
+    # when nothing structured came out of it
+    for r in [*structured, *[r for r in readings if r.kind not in ("relation", "attribute")]]:
         extra: dict[str, object] = {"attributed_to": holder} if holder else {}
         if r.hedged:
             extra["hedged"] = True
@@ -365,6 +368,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                     features={**extra, "attribute": r.attribute, "value": r.value, "state": state}))
                 continue
         if r.kind == "nonfact":
+            continue
+        if r.kind == "statement" and any(d.kind == "relation" or d.features.get("attribute") for d in drafts):
             continue
         if r.kind == "statement" and r.subject:
             resolved = _bare_reference(clean_surface(r.subject), known_aliases)

@@ -409,15 +409,31 @@ def read(text: str) -> list[Reading]:
                                                                   "after", "because", "although", "though")
                               for m in c.children)]
         inherited: list[Any] = []
+        extra: list[Reading] = []
+        for token in sentence:
+            # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
+            if token.dep_ == "appos" and _is_personish(token.head):
+                role = _role(token)
+                if role is not None:
+                    extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
+                                         object=role[1], label=sentence.text.strip()))
+            # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
+            if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
+                    c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
+                for reading in _read_clause(_clause(token, [token.head]), sentence):
+                    if reading.kind == "relation":
+                        subject = _np_text(token.head)
+                        extra.append(_replace(reading, subject=subject))
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
-            for reading in _read_clause(clause, sentence):
+            for reading in [*_read_clause(clause, sentence), *extra]:
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
                 if hedged and not reading.hedged:
                     reading = _replace(reading, hedged=True)
                 out.append(reading)
+            extra = []
     return out
 
 
