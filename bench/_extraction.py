@@ -38,10 +38,9 @@ from services.pipeline.domain.facts import (
     ClaimView,
     Window,
     attribute_key,
-    canonical_window,
+    claim_window,
     normalize_name,
     relation_label,
-    state_window,
 )
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "extraction_corpus.txt"
@@ -279,14 +278,12 @@ async def _adjudicate(memory: Memory, view: ClaimView, draft: AssertionDraft) ->
     previous_id = memory.resolve(draft.previous_object)[0] if draft.previous_object else None
     if draft.features.get("previous_holder"):
         memory.resolve(str(draft.features["previous_holder"]))  # a mention like any other name
-    window = canonical_window(view.valid_from, view.valid_until, view.valid_precision)
-    if draft.kind == "relation" or draft.features.get("state"):
-        window = state_window(window, draft.change_kind)
+    window = claim_window(view, draft)
     incoming = Incoming(draft.kind, subject_id, draft.predicate, object_id, draft.statement, window, view.valid_kind,
                         draft.change_kind, previous_object_id=previous_id, previous_value=draft.previous_value,
                         attribute=attribute_key(draft.statement or "", normalize_name(subject_name)),
                         statement_key=normalize_name(draft.statement or ""), ends=bool(draft.features.get("ends")),
-                        said_at=view.asserted_at)
+                        said_at=view.asserted_at, until_claim=bool(draft.features.get("until_claim")))
     ends = [at for s, o, at in memory.pending_ends if s == subject_id and o == object_id]
     verdict = decide(incoming, memory.views(incoming), pending_ends=ends)
     label = (relation_label(subject_name, draft.predicate or "", object_name or "") if draft.kind == "relation"

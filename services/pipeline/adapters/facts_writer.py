@@ -18,10 +18,9 @@ from services.pipeline.domain.facts import (
     ClaimView,
     RelationProvider,
     attribute_key,
-    canonical_window,
+    claim_window,
     normalize_name,
     relation_label,
-    state_window,
 )
 from services.platform.db import Database
 from services.platform.support import facts_of_claims, refresh_support
@@ -90,9 +89,7 @@ class FactsWriter:
                                      cache)
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
-                window = canonical_window(view.valid_from, view.valid_until, view.valid_precision)
-                if draft.kind == "relation" or draft.features.get("state"):
-                    window = state_window(window, draft.change_kind)
+                window = claim_window(view, draft)
                 await conn.execute(
                     """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
                                                subject_mention_id, predicate, object_mention_id, statement,
@@ -139,6 +136,7 @@ class FactsWriter:
                 attribute=attribute_key(r["statement"] or "", subject_key),
                 statement_key=fs.statement_key(r["statement"]),
                 ends=bool(features.get("ends")), said_at=r["asserted_at"],
+                until_claim=bool(features.get("until_claim")),
             )
             candidates = await fs.fact_views(conn, source.space_id, incoming, r["subject_name"])
             ends = (await fs.pending_ends(conn, source.space_id, r["subject_id"], r["object_id"])

@@ -56,6 +56,8 @@ class Incoming:
     statement_key: str = ""
     ends: bool = False  # "left X", "stepped down", "no longer": ends the relation at the window's start
     said_at: dt.datetime | None = None
+    # "from A to B": the A the same claim names, which held until B began
+    until_claim: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,11 @@ def _closes(candidate: FactView, at: dt.datetime | None) -> bool:
         return False
     if at is None or candidate.window.valid_from is None:
         return True
-    if candidate.window.valid_until is not None and candidate.window.valid_until <= at:
+    if candidate.window.valid_until is not None and candidate.window.valid_until < at:
         return False
-    return candidate.window.valid_from < at
+    if candidate.superseded and candidate.window.valid_until == at:
+        return False  # already closed there by another successor
+    return candidate.window.valid_from < at  # ending exactly at ``at`` ("from A to B"): A is B's predecessor
 
 
 # A take-over or hand-over passes on whatever the previous holder held, led or owned.
@@ -143,9 +147,11 @@ def _later_successor(a: Incoming, candidates: Sequence[FactView], same: set[uuid
             continue
         closes = False
         if c.subject_id == a.subject_id and c.object_id != a.object_id and c.predicate == a.predicate:
+            # one person leads or owns many things: a new holding of theirs ends none of the others
             closes = a.predicate in FUNCTIONAL or (
                 c.change_kind == "succession" and a.predicate in SUCCESSION_PREDICATES
-                and (c.previous_object_id is None or c.previous_object_id == a.object_id))
+                and (c.previous_object_id == a.object_id
+                     or (c.previous_object_id is None and a.predicate not in INVERSE_FUNCTIONAL)))
         if (c.object_id == a.object_id and c.subject_id != a.subject_id and a.predicate in INVERSE_FUNCTIONAL
                 and (c.predicate == a.predicate
                      or (c.change_kind == "succession" and {c.predicate, a.predicate} <= _HOLDER_FAMILY))):
@@ -193,6 +199,9 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
             return Verdict("contradict_evidence", 0.85, target=same[0].fact_id, reason="negated")
         return Verdict("drop", 1.0, reason="negation_of_unknown_relation")
     for c in same:
+        if a.until_claim and c.window.valid_until is None:
+            # held already: the successor in the same claim closes it, nothing to add
+            return Verdict("drop", 1.0, reason="predecessor_held")
         distinct_events = (a.valid_kind == "event_time" and a.window.known and c.window.known
                            and not _overlap(a.window, c.window))
         if distinct_events:
@@ -200,9 +209,10 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
         if a.change_kind == "correction" and a.window.known and a.window != c.window:
             return Verdict("update", 0.9, target=c.fact_id, window=a.window, reason="corrected_dates")
         if _better(a.window, c.window):
+            kept_end = a.window.precision == "open" and c.window.valid_until is not None
             merged = Window(a.window.valid_from or c.window.valid_from,
-                            c.window.valid_until if a.window.precision == "open" and c.window.valid_until
-                            else a.window.valid_until, a.window.precision)
+                            c.window.valid_until if kept_end else a.window.valid_until,
+                            c.window.precision if kept_end else a.window.precision)
             return Verdict("update", 0.9, target=c.fact_id, window=merged, reason="better_dates")
         return Verdict("noop", 0.95, target=c.fact_id, reason="same_relation")
     start = a.window.valid_from
@@ -221,7 +231,8 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
         successor_of_subject = (
             same_predicate and c.subject_id == a.subject_id and c.object_id != a.object_id
             and ((a.change_kind == "succession" and a.predicate in SUCCESSION_PREDICATES
-                  and (a.previous_object_id is None or c.object_id == a.previous_object_id))
+                  and (c.object_id == a.previous_object_id
+                       or (a.previous_object_id is None and a.predicate not in INVERSE_FUNCTIONAL)))
                  or a.predicate in FUNCTIONAL)
         )
         new_holder = (c.object_id == a.object_id and c.subject_id != a.subject_id
@@ -268,6 +279,8 @@ def _end(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
 def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     mine = [c for c in candidates if c.kind == "observation" and c.subject_id == a.subject_id]
     for c in mine:
+        if c.statement_key == a.statement_key and a.until_claim and c.window.valid_until is None:
+            return Verdict("drop", 1.0, reason="predecessor_held")
         if c.statement_key == a.statement_key:
             if _better(a.window, c.window):
                 return Verdict("update", 0.9, target=c.fact_id, window=a.window, reason="better_dates")

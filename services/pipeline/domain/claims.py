@@ -301,7 +301,8 @@ _INTERJECTION_RE = re.compile(
 )
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
-_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also)\s*[.,!:]?\s+(?=\S)", re.IGNORECASE)
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)\s*[.,!:]?"
+                             r"\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
 _BOILERPLATE_RE = re.compile(
     r"^\s*(?:copyright\b|©|all rights reserved|see also\b|references\s*$|further reading|https?://\S+\s*$)",

@@ -343,10 +343,15 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                 if r.previous_holder:
                     features["previous_holder"] = r.previous_holder
                 previous = clean_surface(r.previous) if r.previous else None
+                previous = previous if previous and is_entity_name(previous) else None
+                if previous is not None and r.change == "succession" and normalize_name(previous) != normalize_name(
+                        obj):
+                    # "from Frankfurt to Dublin": it was in Frankfurt until then
+                    drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=previous,
+                                                 features={**extra, "until_claim": True}))
                 drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=obj,
-                                             change_kind=_CHANGE[r.change],
-                                             previous_object=previous if previous and is_entity_name(previous)
-                                             else None, features=features))
+                                             change_kind=_CHANGE[r.change], previous_object=previous,
+                                             features=features))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
             attribute, renewed = _attribute_reference(r.attribute, known_aliases)
@@ -363,6 +368,11 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                     change, previous_value = "correction", r.previous
                 # a value measured over a period ("fell to 0.4 percent in June") holds for that period
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
+                if state and r.previous and change == "succession":
+                    # "lowered the training budget from 40,000 EUR to 25,000 EUR": 40,000 until then
+                    drafts.append(AssertionDraft(
+                        "observation", anchor, statement=f"{attribute}: {r.previous}",
+                        features={**extra, "attribute": attribute, "value": r.previous, "until_claim": True}))
                 drafts.append(AssertionDraft(
                     "observation", anchor, statement=r.label, change_kind=change, previous_value=previous_value,
                     features={**extra, "attribute": r.attribute, "value": r.value, "state": state}))
@@ -561,6 +571,20 @@ def _floor(value: dt.datetime, precision: str) -> dt.datetime:
     if precision == "year":
         return value.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0)
     return value
+
+
+def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
+    """The world window an assertion starts with: the claim's stated window; a succession's
+    new state goes on from the event; a predecessor named in the same claim ("from
+    Frankfurt to Dublin on 20 February") held until the event."""
+    window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
+    if draft.features.get("until_claim"):
+        if window.valid_from is None:
+            return UNKNOWN
+        return Window(None, window.valid_from, "day" if window.precision in ("open", "unknown") else window.precision)
+    if draft.kind == "relation" or draft.features.get("state"):
+        window = state_window(window, draft.change_kind)
+    return window
 
 
 def state_window(claim_window: Window, change_kind: str) -> Window:

@@ -87,7 +87,8 @@ _LED_HEADS = frozenset("""team squad project rotation rota migration initiative 
 committee effort workstream group guild department function process meeting sync practice chapter unit
 division launch rollout""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
-audit workshop onboarding programme campaign""".split())
+audit workshop onboarding programme campaign engineering operations sales marketing support design security
+finance platform research product infrastructure""".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
 _SUCCEED = frozenset({"succeed", "replace"})
@@ -249,9 +250,11 @@ def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
             key = child.lower_
             # "as of", "ahead of": the second preposition carries the object
             for inner in child.children:
-                if inner.dep_ == "prep":
+                if inner.dep_ == "prep" and inner.i == child.i + 1:
                     key = f"{child.lower_} {inner.lower_}"
                     objects += [c for c in inner.children if c.dep_ in ("pobj", "pcomp")]
+                elif inner.dep_ == "prep" and depth < 2:  # "from 40,000 EUR to 25,000 EUR" hung under "from"
+                    _prep_args(child, into, depth + 1)
             for obj in objects:
                 into.setdefault(key, []).extend(_conjuncts(obj))
                 if depth < 2:
@@ -448,6 +451,10 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     base = c.head.lemma_.lower()
     if c.conditional or c.modal == "hypothetical":
         return [Reading("nonfact", mood="hypothetical", label=text)]
+    if not c.subjects and c.head.tag_ == "VB" and c.head.dep_ == "ROOT" and all(
+            t.lower_ in ("please", "do", "don't", "not", "n't", "never", "always", "just") or t.is_punct
+            for t in c.head.doc[c.head.sent.start:c.head.i]):
+        return [Reading("nonfact", mood="advice", label=text)]  # "Please do not book conferences …"
     # "X said (that) ...": the holder's stance
     if c.subjects and (base in _SAY and (c.ccomp is not None or c.xcomp is not None)
                        or base in _SPEECH_ONLY and c.objects):

@@ -34,10 +34,11 @@ def test_take_over_from_names_the_new_holder_and_the_old() -> None:
 
 
 def test_a_moved_thing_changes_place_and_a_moved_person_changes_team() -> None:
-    place = one("We migrated the Orion database from Frankfurt to Dublin on 20 February 2026.")
+    (before, place), _ = drafts("We migrated the Orion database from Frankfurt to Dublin on 20 February 2026.")
     assert (place.subject, place.predicate, place.object, place.previous_object) == (
         "Orion database", "located_in", "Dublin", "Frankfurt")
-    team = one("Ravi moved from the billing migration to the search team on 1 June 2026.")
+    assert (before.object, before.features["until_claim"]) == ("Frankfurt", True)  # it was there until then
+    (_, team), _ = drafts("Ravi moved from the billing migration to the search team on 1 June 2026.")
     assert (team.predicate, team.object, team.previous_object) == ("works_on", "search team", "billing migration")
 
 
