@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
-from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
+from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import (
     build_sections,
@@ -70,7 +70,7 @@ class Stages:
                  redact_ingest: Callable[[str], str] | None = None,
                  relations: RelationProvider | None = None) -> None:
         self.facts = facts
-        self.relations = relations or RulesRelationProvider()
+        self.relations = relations or ParseRelationProvider()
         self.redact_ingest = redact_ingest
         self.confidence_floor = confidence_floor
         self.store = store
@@ -323,9 +323,11 @@ class Stages:
 
     async def _reconcile(self, unit: Claimed, source: VersionSource) -> Done:
         rerun = bool(generation_suffix(unit.unit_key))
+        markdown = await self._markdown_of(source)
 
         async def write(conn: Any) -> None:
             await self.facts.reconcile(conn, source, reextracted_by=self.claims.version if rerun else None)
+            await self.facts.link_citations(conn, source, markdown)  # what this document links to or cites
 
         return Done(write)
 

@@ -14,8 +14,8 @@ from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
 from services.pipeline.api import PipelineServicer
 from services.pipeline.app import Stages, Worker, current_unit
-from services.pipeline.domain.claims import ClaimProvider, RulesClaimProvider
-from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
+from services.pipeline.domain.claims import ClaimProvider, ParsedClaimProvider
+from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.platform.bootstrap import open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
@@ -55,12 +55,12 @@ async def build(settings: Settings) -> ServiceSpec:
     stage_store = PgStageStore(platform.db)
     ledger = cost_ledger(stage_store)
     closers = [store.close, *platform.closers]
-    claims: ClaimProvider = RulesClaimProvider()
+    claims: ClaimProvider = ParsedClaimProvider()
     if settings.claims_provider == "openai":
         openai_claims = OpenAIClaimProvider(**_openai(settings, "claims"), on_call=ledger)  # type: ignore[arg-type]
         claims = openai_claims
         closers.insert(0, openai_claims.aclose)
-    relations: RelationProvider = RulesRelationProvider()
+    relations: RelationProvider = ParseRelationProvider()
     if settings.relations_provider == "openai":
         openai_relations = OpenAIRelationProvider(**_openai(settings, "relations"), on_call=ledger)  # type: ignore[arg-type]
         relations = openai_relations
