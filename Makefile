@@ -18,7 +18,7 @@ GENERATED := clients/python/testament clients/typescript/src/gen
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,local-embeddings]'
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json

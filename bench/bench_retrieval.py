@@ -819,13 +819,13 @@ async def postings_unindexed(conn: asyncpg.Connection) -> AsyncIterator[None]:
 
 
 def minilm() -> Any | None:
-    """The packaged all-MiniLM-L6-v2 provider, when the optional extra is installed."""
+    """The packaged all-MiniLM-L6-v2 provider (the default ``minilm`` one)."""
     try:
         from services.platform.embeddings import build_embedding_provider
 
-        return build_embedding_provider("sentence-transformers")
+        return build_embedding_provider("minilm")
     except Exception as exc:  # noqa: BLE001 - an optional contrast only
-        log(f"no sentence-transformers contrast: {exc}")
+        log(f"no MiniLM contrast: {exc}")
         return None
 
 

@@ -6,9 +6,10 @@
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
     testament keys list [--space S] | revoke CREDENTIAL_ID_OR_PREFIX
     testament spaces create SLUG [--name N] | list
-    testament ops dead-letters | replay WORK_ID | resume-no-route | inspect
+    testament ops dead-letters | replay WORK_ID | resume-no-route | inspect | reembed [--space-id ID]
     testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
     testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
+    testament queries list | author NS NAME --sql SQL --author P | approve ID --approver P | disable ID
 """
 
 from __future__ import annotations
@@ -189,6 +190,44 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ops_reembed(args: argparse.Namespace) -> int:
+    """Recompute every vector of a space with the configured embedder, switching in one transaction."""
+    import uuid
+
+    from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
+    from services.platform.db import Database
+    from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
+
+    settings = load_settings()
+
+    async def run() -> dict[str, object]:
+        try:
+            provider = provider_from_settings(settings)
+            await warm_up(provider)
+        except (ValueError, EmbeddingUnavailable) as exc:
+            raise SystemExit(f"testament ops reembed: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
+        try:
+            async with db.acquire() as conn:
+                space = (uuid.UUID(args.space_id) if args.space_id else
+                         await conn.fetchval("SELECT space_id FROM spaces WHERE is_default"))
+                if space is None or not await conn.fetchval("SELECT 1 FROM spaces WHERE space_id = $1", space):
+                    raise SystemExit(f"testament ops reembed: no space {args.space_id}")
+
+                def progress(table: str, done: int) -> None:
+                    print(f"  {table}: {done}", file=sys.stderr, flush=True)
+                try:
+                    return await reembed_space(conn, space, provider.embed, provider.model,
+                                               batch=settings.embed_batch_size, progress=progress)
+                except ReembedRefused as exc:
+                    raise SystemExit(f"testament ops reembed: {exc}") from None
+        finally:
+            await db.close()
+
+    print(json.dumps(asyncio.run(run())))
+    return 0
+
+
 def _cmd_ops_merges(args: argparse.Namespace) -> int:
     """Merge proposals, read and changed directly in PostgreSQL. Applying is a reversible redirect."""
     import uuid
@@ -254,6 +293,27 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_queries(args: argparse.Namespace) -> int:
+    """Saved-query authoring and review, directly in PostgreSQL (no HTTP route does this)."""
+    from services.platform.db import Database
+    from services.queryspace import tooling
+
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "queries_command")}
+    if getattr(args, "file", None):
+        options["sql"] = Path(args.file).read_text()
+
+    async def run() -> tuple[int, object]:
+        db = await Database.connect(_require_dsn(), min_size=1, max_size=2)
+        try:
+            return await tooling.run(db, args.queries_command, options)
+        finally:
+            await db.close()
+
+    code, document = asyncio.run(run())
+    print(json.dumps(document, default=str))
+    return code
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -305,6 +365,10 @@ def main(argv: list[str] | None = None) -> None:
     p_reextract = ops_sub.add_parser("reextract", help="read a version again with the configured extractor")
     p_reextract.add_argument("version_id")
     ops_sub.add_parser("inspect", help="queue counts by stage, status and defer reason")
+    p_reembed = ops_sub.add_parser("reembed", help="re-embed a space with the configured embedding model "
+                                   "(all vectors switch in one transaction)")
+    p_reembed.add_argument("--space-id", help="the space (default: the default space)")
+    p_reembed.set_defaults(func=_cmd_ops_reembed)
     p_ops.set_defaults(func=_cmd_ops)
     p_merges = ops_sub.add_parser("merges", help="entity merge proposals: list, apply, revert")
     merges_sub = p_merges.add_subparsers(dest="merges_command", required=True)
@@ -329,6 +393,30 @@ def main(argv: list[str] | None = None) -> None:
     p_mcp.add_argument("--api-url", default=None, help="the gateway (default $TESTAMENT_API_URL or :8000)")
     p_mcp.add_argument("--api-key", default=None, help="stdio only (default $TESTAMENT_API_KEY)")
     p_mcp.set_defaults(func=_cmd_mcp)
+
+    p_queries = sub.add_parser("queries", help="saved queries: list, author, approve, disable (PostgreSQL)")
+    queries_sub = p_queries.add_subparsers(dest="queries_command", required=True)
+    p_qlist = queries_sub.add_parser("list", help="saved-query versions (default: active)")
+    p_qlist.add_argument("--namespace")
+    p_qlist.add_argument("--status", choices=["draft", "pending_revalidation", "active", "deprecated", "disabled",
+                                              "broken"])
+    p_qauthor = queries_sub.add_parser("author", help="add a draft version (validated by the guard)")
+    p_qauthor.add_argument("namespace")
+    p_qauthor.add_argument("name")
+    source = p_qauthor.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sql")
+    source.add_argument("--file", help="read the SQL from this file")
+    p_qauthor.add_argument("--author", required=True, help="the author's principal")
+    p_qauthor.add_argument("--description")
+    p_qauthor.add_argument("--max-rows", type=int, dest="max_rows")
+    p_qapprove = queries_sub.add_parser("approve", help="activate a version (approver must not be its author)")
+    p_qapprove.add_argument("query_id")
+    p_qapprove.add_argument("--approver", required=True)
+    for verb in ("disable", "deprecate"):
+        queries_sub.add_parser(verb, help=f"{verb} one version").add_argument("query_id")
+    for p in (p_qlist, p_qauthor, p_qapprove):
+        p.add_argument("--space", default="default", help="space slug (default: default)")
+    p_queries.set_defaults(func=_cmd_queries)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

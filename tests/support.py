@@ -26,6 +26,8 @@ def service_env(dsn: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TESTAMENT_")}
     env["TESTAMENT_DATABASE_URL"] = dsn
     env["PYTHONUNBUFFERED"] = "1"
+    # Tests embed with the deterministic, instant `hash` provider unless they say otherwise.
+    env["TESTAMENT_EMBEDDING_PROVIDER"] = "hash"
     env.update(extra)
     return env
 

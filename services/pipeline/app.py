@@ -19,9 +19,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
-from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
+from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.pipeline.domain.grounding import ground
-from services.pipeline.domain.structure import build_sections, chunk, normalized_hash, parse_blocks, reuse_plan
+from services.pipeline.domain.structure import (
+    build_sections,
+    chunk,
+    normalized_hash,
+    parse_blocks,
+    retrieval_text,
+    reuse_plan,
+)
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
 from services.platform import telemetry
 
@@ -63,7 +70,7 @@ class Stages:
                  redact_ingest: Callable[[str], str] | None = None,
                  relations: RelationProvider | None = None) -> None:
         self.facts = facts
-        self.relations = relations or RulesRelationProvider()
+        self.relations = relations or ParseRelationProvider()
         self.redact_ingest = redact_ingest
         self.confidence_floor = confidence_floor
         self.store = store
@@ -147,7 +154,8 @@ class Stages:
         vectors: list[tuple[uuid.UUID, list[float]]] = []
         for start in range(0, len(pending), self.embed_batch_size):
             batch = pending[start:start + self.embed_batch_size]
-            embedded = await self._call_embeddings(unit, source, [text for _, text in batch])
+            texts = [retrieval_text(text) if table == "chunks" else text for _, text in batch]
+            embedded = await self._call_embeddings(unit, source, texts)
             vectors.extend(zip((i for i, _ in batch), embedded, strict=True))
 
         async def write(conn: Any) -> None:
@@ -163,7 +171,8 @@ class Stages:
             raise StageFailure(
                 "provider_rejected",
                 f"this space embeds with {fixed[0]} ({fixed[1]} dimensions); the configured model "
-                f"{self.embeddings.model} ({self.embeddings.dimension}) is refused",
+                f"{self.embeddings.model} ({self.embeddings.dimension}) is refused: re-embed the space with "
+                f"`testament ops reembed`, then replay these units, or configure {fixed[0]} again",
                 permanent=True,
             )
 
@@ -314,9 +323,11 @@ class Stages:
 
     async def _reconcile(self, unit: Claimed, source: VersionSource) -> Done:
         rerun = bool(generation_suffix(unit.unit_key))
+        markdown = await self._markdown_of(source)
 
         async def write(conn: Any) -> None:
             await self.facts.reconcile(conn, source, reextracted_by=self.claims.version if rerun else None)
+            await self.facts.link_citations(conn, source, markdown)  # what this document links to or cites
 
         return Done(write)
 

@@ -14,11 +14,11 @@ from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
 from services.pipeline.api import PipelineServicer
 from services.pipeline.app import Stages, Worker, current_unit
-from services.pipeline.domain.claims import ClaimProvider, RulesClaimProvider
-from services.pipeline.domain.facts import RelationProvider, RulesRelationProvider
+from services.pipeline.domain.claims import ClaimProvider, ParsedClaimProvider
+from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.platform.bootstrap import open_object_store, open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.embeddings import provider_from_settings
+from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -55,18 +55,23 @@ async def build(settings: Settings) -> ServiceSpec:
     stage_store = PgStageStore(platform.db)
     ledger = cost_ledger(stage_store)
     closers = [store.close, *platform.closers]
-    claims: ClaimProvider = RulesClaimProvider()
+    claims: ClaimProvider = ParsedClaimProvider()
     if settings.claims_provider == "openai":
         openai_claims = OpenAIClaimProvider(**_openai(settings, "claims"), on_call=ledger)  # type: ignore[arg-type]
         claims = openai_claims
         closers.insert(0, openai_claims.aclose)
-    relations: RelationProvider = RulesRelationProvider()
+    relations: RelationProvider = ParseRelationProvider()
     if settings.relations_provider == "openai":
         openai_relations = OpenAIRelationProvider(**_openai(settings, "relations"), on_call=ledger)  # type: ignore[arg-type]
         relations = openai_relations
         closers.insert(0, openai_relations.aclose)
+    try:
+        embeddings = provider_from_settings(settings)
+        await warm_up(embeddings)  # a local model loads before the service reports SERVING, not on first use
+    except (ValueError, EmbeddingUnavailable) as exc:
+        raise StartupError(f"testament-pipeline: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
     stages = Stages(stage_store, store, build_converters(settings.conversion_routes),
-                    provider_from_settings(settings), claims, FactsWriter(platform.db),
+                    embeddings, claims, FactsWriter(platform.db),
                     chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size,
                     redact_ingest=(lambda text: redactor.redact_ingest(text).text) if redactor else None,
                     relations=relations)

@@ -67,6 +67,7 @@ def model_bindings(settings: Settings) -> dict[str, str]:
 
     embedding = {"hash": f"hash-{settings.embedding_dimension}-v1",
                  "sentence-transformers": "sentence-transformers/all-MiniLM-L6-v2",
+                 "minilm": "sentence-transformers/all-MiniLM-L6-v2",
                  "openai": f"openai:{settings.openai_embedding_model}"}[settings.embedding_provider]
     return {
         "structure_fallback": "rules", "section_role": "rules", "claim_extraction": chat(settings.claims_provider),

@@ -22,6 +22,14 @@ SERVED_TOOLS: dict[str, int] = {
     "claims_and_sources_context": 2,
     "facts_context": 3,
     "combined_context": 4,
+    # The query space (issue 14): the seven SQL tools.
+    "query_sql": 1,
+    "explain_sql": 1,
+    "describe_query_space": 1,
+    "search_query_space": 1,
+    "list_saved_queries": 1,
+    "describe_saved_query": 1,
+    "run_saved_query": 1,
 }
 
 

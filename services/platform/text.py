@@ -56,6 +56,33 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+# Words that shape a question but say nothing about its answer: "What did Tom say about
+# the flat?" is about the flat. Dropped from queries only (a passage that says "said" still
+# indexes it). After "how", the measure word goes too ("how long", "how many"), except
+# "old", which is usually the thing asked ("how old is the oven" ~ "11 years old").
+QUESTION_WORDS = frozenset(
+    """tell told know say says said saying mention mentioned mentions talk talked talking think thought
+    describe explain ever also actually please happen happened happens anything something someone
+    anyone thing things kind sort""".split()
+)
+_HOW_MEASURES = frozenset("much many long often soon far".split())
+
+
+def query_tokens(text: str) -> list[str]:
+    """The analyser for a search query: :func:`tokens` without question scaffolding.
+    Empty when the query holds only stop words, question words or symbols."""
+    out = []
+    previous = ""
+    for match in _WORD.finditer(fold(text)):
+        word = match.group(0).replace("’", "'").split("'")[0]
+        how_measure = previous == "how" and word in _HOW_MEASURES
+        previous = word
+        if not word or word in STOP_WORDS or word in QUESTION_WORDS or how_measure:
+            continue
+        out.append(stem(word))
+    return out
+
+
 def term_frequencies(text: str) -> tuple[Counter[str], int]:
     found = tokens(text)
     return Counter(found), len(found)

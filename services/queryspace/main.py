@@ -1,24 +1,45 @@
-"""Composition root of the queryspace service: wires adapters to servicers and serves them."""
+"""Composition root of the queryspace service: wires adapters to the servicer and serves it."""
 
 from __future__ import annotations
 
+from services.platform.auth import Caller
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.server import Servicer, ServiceSpec, run_service
+from services.platform.embeddings import provider_from_settings
+from services.platform.redaction import redactor_from_settings
+from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
-
-NOT_BUILT = "the memory_v1 SQL query space is not scheduled yet"
+from services.queryspace.adapters import PgQuerySpace, PgSavedQueries
+from services.queryspace.api import QuerySpaceServicer
+from services.queryspace.app import ANALYTICAL, QuerySpace
+from services.queryspace.functions import Evaluator
+from services.retrieval.adapters import SearchLegs
 
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "queryspace")
+    try:
+        embedder = provider_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-queryspace: {exc}") from None
+    try:
+        redactor = redactor_from_settings(settings)
+    except ValueError as exc:
+        raise StartupError(f"testament-queryspace: TESTAMENT_REDACTION_POLICY: {exc}") from None
+    redact = None
+    if redactor is not None:
+        def redact(text: str, caller: Caller) -> str:
+            return redactor.redact_output(text, caller.principals).text
+    store, saved, evaluator = PgQuerySpace(platform.db), PgSavedQueries(platform.db), Evaluator(SearchLegs(), embedder)
+    service = QuerySpace(store, saved, evaluator, redact=redact)
+    await service.start()
+    exports = QuerySpace(store, saved, evaluator, redact=redact, tier=ANALYTICAL)
+    exports.schema_problems = service.schema_problems
     return ServiceSpec(
         name="queryspace",
         port=settings.port_for("queryspace"),
-        servicers=[
-            Servicer(SERVICE_FULL_NAMES["queryspace"], object(), not_built=NOT_BUILT),
-            platform.deployment,
-        ],
+        servicers=[Servicer(SERVICE_FULL_NAMES["queryspace"], QuerySpaceServicer(service, exports)),
+                   platform.deployment],
         authenticator=platform.authenticator,
         closers=platform.closers,
     )

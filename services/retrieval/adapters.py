@@ -11,13 +11,14 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import numpy as np
 
 from services.platform.auth import Caller
-from services.platform.text import tokens
+from services.platform.text import query_tokens
 
 DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
@@ -66,11 +67,61 @@ _TARGETS: dict[str, dict[str, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Filters:
+    """What narrows a search leg, as data: the legs render it into their own SQL with their
+    own placeholder numbers (callers never write SQL fragments).
+
+    ``entity_ids``: claims that mention one of them, chunks holding such a claim, facts
+    whose subject or object is one of them. ``predicate``, ``fact_kind``, ``subject_id``:
+    facts only."""
+
+    entity_ids: Sequence[uuid.UUID] = ()
+    predicate: str | None = None
+    fact_kind: str | None = None
+    subject_id: uuid.UUID | None = None
+
+    def render(self, kind: str, first: int) -> tuple[str, list[Any]]:
+        """The ``AND …`` clause and its arguments, numbered from ``$first``."""
+        clauses: list[str] = []
+        args: list[Any] = []
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${first + len(args) - 1}"
+
+        if self.entity_ids:
+            ids = arg(list(self.entity_ids))
+            clauses.append({
+                "claim": f"EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
+                         f"AND m.resolved_entity_id = ANY({ids}::uuid[]))",
+                "chunk": f"EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
+                         f"WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY({ids}::uuid[]))",
+                "fact": f"(f.subject_entity_id = ANY({ids}::uuid[]) OR f.object_entity_id = ANY({ids}::uuid[]))",
+            }[kind])
+        if kind == "fact":
+            if self.predicate is not None:
+                clauses.append(f"f.predicate = {arg(self.predicate)}")
+            if self.fact_kind is not None:
+                clauses.append(f"f.kind = {arg(self.fact_kind)}")
+            if self.subject_id is not None:
+                clauses.append(f"f.subject_entity_id = {arg(self.subject_id)}")
+        elif self.predicate is not None or self.fact_kind is not None or self.subject_id is not None:
+            raise ValueError(f"predicate, fact_kind and subject_id filter facts, not {kind}s")
+        return "".join(f" AND {c}" for c in clauses), args
+
+
+NO_FILTERS = Filters()
+
+
 class SearchLegs:
     """Nomination channels: semantic (pgvector) and lexical (BM25) over chunks, claims,
     facts and entity profiles, each returning ids in rank order."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        # The model queries are embedded with; vectors of another model are never compared.
+        self.model = model
+        self._space_models: dict[uuid.UUID, tuple[float, str | None]] = {}
         self._counts: dict[tuple[str, uuid.UUID, tuple[str, ...] | None], tuple[float, int, int]] = {}
         # The plans of recent searches (exact | hnsw), bounded: benchmarks and operators read it.
         self.plans: deque[str] = deque(maxlen=1000)
@@ -91,12 +142,32 @@ class SearchLegs:
         self._counts[key] = (time.monotonic(), visible, total)
         return visible, total
 
+    async def space_model(self, conn: asyncpg.Connection, space_id: uuid.UUID) -> str | None:
+        """The model the space's vectors were made with (None before the first embed), cached briefly."""
+        cached = self._space_models.get(space_id)
+        if cached and time.monotonic() - cached[0] < 30:
+            return cached[1]
+        model = await conn.fetchval("SELECT model FROM space_embedding_models WHERE space_id = $1", space_id)
+        self._space_models[space_id] = (time.monotonic(), model)
+        return model
+
+    async def comparable(self, conn: asyncpg.Connection, space_id: uuid.UUID) -> bool:
+        """Are the space's vectors of the query model? (True when either is unknown.)"""
+        model = await self.space_model(conn, space_id)
+        return self.model is None or model is None or model == self.model
+
     async def eligible(self, conn: asyncpg.Connection, kind: str, caller: Caller) -> int:
         return (await self.counts(conn, kind, caller))[0]
 
     async def semantic(self, conn: asyncpg.Connection, kind: str, caller: Caller, vector: Sequence[float], k: int,
-                       *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         t = _TARGETS[kind]
+        extra, extra_args = filters.render(kind, 5)
+        if not await self.comparable(conn, caller.space_id):
+            # Another model made these vectors: a distance between them and the query means
+            # nothing. The channel is empty until `testament ops reembed` (lexical legs still run).
+            self.plans.append("model_mismatch")
+            return []
         dim = len(vector)
         query = np.asarray(vector, dtype=np.float32)
         eligible, total = await self.counts(conn, kind, caller)
@@ -126,12 +197,13 @@ class SearchLegs:
         return [(r["id"], float(r["score"])) for r in rows]
 
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
-                      *, extra: str = "", extra_args: Sequence[Any] = ()) -> list[tuple[uuid.UUID, float]]:
+                      *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
-        terms = sorted(set(tokens(text)))
+        terms = sorted(set(query_tokens(text)))
         if not terms:
             return []
         t = _TARGETS[kind]
+        extra, extra_args = filters.render(kind, 6)
         rows = await conn.fetch(
             f"""WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
                                  FROM bm25_docs WHERE space_id = $1 AND target_kind = $3),
@@ -298,3 +370,60 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
             if rows:
                 return "T2", list(rows[:width]), len(rows) > width
     return "", [], False
+
+
+async def named_entities(conn: asyncpg.Connection, caller: Caller, keys: Sequence[str]) -> list[uuid.UUID]:
+    """Visible current entities one of whose aliases is exactly one of ``keys`` (normalised
+    names found in a question). Uses the alias index; never a scan."""
+    if not keys:
+        return []
+    rows = await conn.fetch(
+        f"""SELECT DISTINCT x.entity_id FROM entity_aliases a JOIN entities x USING (entity_id)
+             WHERE a.space_id = $1 AND a.normalized_alias = ANY($3::text[]) AND x.merged_into IS NULL
+               AND {ENTITY_VISIBLE}""", caller.space_id, principals(caller), list(keys))
+    return [r["entity_id"] for r in rows]
+
+
+async def mentioning(conn: asyncpg.Connection, space_id: uuid.UUID, claim_ids: Sequence[uuid.UUID],
+                     chunk_ids: Sequence[uuid.UUID], entity_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these (already visible) claims and chunks mention one of the entities: a claim
+    through its resolved mentions, a chunk through any claim read from it."""
+    if not entity_ids or not (claim_ids or chunk_ids):
+        return set()
+    rows = await conn.fetch(
+        """SELECT c.claim_id, c.chunk_id FROM claims c
+            WHERE c.space_id = $1 AND (c.claim_id = ANY($2::uuid[]) OR c.chunk_id = ANY($3::uuid[]))
+              AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id
+                             AND m.resolved_entity_id = ANY($4::uuid[]))""",
+        space_id, list(claim_ids), list(chunk_ids), list(entity_ids))
+    wanted_claims, wanted_chunks = set(claim_ids), set(chunk_ids)
+    out: set[uuid.UUID] = set()
+    for r in rows:
+        if r["claim_id"] in wanted_claims:
+            out.add(r["claim_id"])
+        if r["chunk_id"] in wanted_chunks:
+            out.add(r["chunk_id"])
+    return out
+
+
+async def facts_of_entities(conn: asyncpg.Connection, space_id: uuid.UUID, entity_ids: Sequence[uuid.UUID],
+                            limit: int) -> list[uuid.UUID]:
+    """Current facts about these entities (subject or object), best supported first."""
+    rows = await conn.fetch(
+        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
+            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""", space_id, list(entity_ids), limit)
+    return [r[0] for r in rows]
+
+
+async def context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
+                       context: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """For each candidate entity, how many visible current relations link it to the context."""
+    rows = await conn.fetch(
+        f"""SELECT x.entity_id, count(*) AS n FROM (SELECT unnest($3::uuid[]) AS entity_id) x
+              JOIN facts f ON f.kind = 'relation' AND f.invalidated_at IS NULL
+                          AND ((f.subject_entity_id = x.entity_id AND f.object_entity_id = ANY($4::uuid[]))
+                            OR (f.object_entity_id = x.entity_id AND f.subject_entity_id = ANY($4::uuid[])))
+             WHERE f.space_id = $1 AND {FACT_SUPPORTED}
+             GROUP BY x.entity_id""", caller.space_id, principals(caller), list(candidates), list(context))
+    return {r["entity_id"]: r["n"] for r in rows}

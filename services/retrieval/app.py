@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
@@ -28,13 +27,20 @@ from services.retrieval import adapters as db
 from services.retrieval.domain import (
     CURRENT,
     OPERATIONS,
+    EvidenceCandidates,
+    FusionWeights,
     TimeScope,
     Validity,
+    fuse_evidence,
     holds,
+    is_temporal_question,
+    mentions_time,
+    name_keys,
     operation,
     rrf,
     temporal_match,
     validate_arguments,
+    weights_for,
 )
 
 FACTS_BUDGET_S = 25.0
@@ -163,11 +169,13 @@ def chunk_message(row: Any) -> t.ChunkEvidenceResult:
 
 class Retrieval:
     def __init__(self, database: Any, embedder: Embedder, graph: GraphExpansion | None, *,
-                 redact: Callable[[str, Caller], str] | None = None) -> None:
+                 redact: Callable[[str, Caller], str] | None = None, weights: FusionWeights | None = None
+                 ) -> None:
         self.database = database
+        self.weights = weights or weights_for(embedder.model)
         self.embedder = embedder
         self.graph = graph
-        self.legs = db.SearchLegs()
+        self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
         self.redact = redact or (lambda text, caller: text)
 
     @asynccontextmanager
@@ -229,7 +237,7 @@ class Retrieval:
                 tier, more = ("T3", len(hits) > width) if rows else ("", False)
             hits_by_entity: dict[uuid.UUID, int] = {}
             if context_ids and rows:
-                hits_by_entity = await _context_hits(conn, caller, [r["entity_id"] for r in rows], context_ids)
+                hits_by_entity = await db.context_hits(conn, caller, [r["entity_id"] for r in rows], context_ids)
         ranked = sorted(rows, key=lambda r: -hits_by_entity.get(r["entity_id"], 0))  # stable: reorders only
         for r in ranked:
             env.entities.add(entity_id=str(r["entity_id"]), canonical_name=self.redact(r["canonical_name"], caller),
@@ -279,29 +287,17 @@ class Retrieval:
                 if await _unknown_anchors(conn, caller, env, entity_ids):
                     return env
             scope_ids = list(dict.fromkeys([*(entity_ids or []), *expanded]))[:EXPANSION_CAP]
-            extra, extra_args = "", []
-            if scope_ids:
-                extra = "AND (f.subject_entity_id = ANY($6::uuid[]) OR f.object_entity_id = ANY($6::uuid[]))"
-                extra_args = [scope_ids]
-            if predicate:
-                extra += f" AND f.predicate = ${6 + len(extra_args)}"
-                extra_args.append(predicate)
-            semantic = await self.legs.semantic(conn, "fact", caller, vector, NOMINATE, extra=_shift(extra),
-                                                extra_args=extra_args)
-            lexical = await self.legs.lexical(conn, "fact", caller, query, NOMINATE, extra=extra,
-                                              extra_args=extra_args)
+            filters = db.Filters(entity_ids=scope_ids, predicate=predicate or None)
+            semantic = await self.legs.semantic(conn, "fact", caller, vector, NOMINATE, filters=filters)
+            lexical = await self.legs.lexical(conn, "fact", caller, query, NOMINATE, filters=filters)
             channels: dict[str, list[uuid.UUID]] = {"semantic": [i for i, _ in semantic],
                                                     "bm25": [i for i, _ in lexical]}
             if not entity_ids:
                 # Entity profiles: facts of the best-matching entities join the fusion.
                 profiles = await self.legs.semantic(conn, "entity", caller, vector, EXPANSION_CAP)
                 if profiles:
-                    rows = await conn.fetch(
-                        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
-                              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
-                            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""",
-                        caller.space_id, [p for p, _ in profiles], NOMINATE)
-                    channels["entity_profile"] = [r[0] for r in rows]
+                    channels["entity_profile"] = await db.facts_of_entities(conn, caller.space_id,
+                                                                            [p for p, _ in profiles], NOMINATE)
             fused = rrf(channels)[:NOMINATE]
             confirmed: list[Any] = []
             dropped = 0
@@ -392,62 +388,81 @@ class Retrieval:
 
     # --- claims and sources ------------------------------------------------------------
 
+    async def evidence_candidates(self, conn: asyncpg.Connection, caller: Caller, query: str,
+                                  vector: Sequence[float], entity_ids: Sequence[uuid.UUID] | None,
+                                  candidate_k: int) -> tuple[EvidenceCandidates, dict[uuid.UUID, Any],
+                                                             dict[uuid.UUID, Any], bool]:
+        """Every channel's nominations for one question, confirmed in this snapshot: the
+        candidates (pure data, for :func:`fuse_evidence`), the claim rows, the chunk rows, and
+        whether some channel filled its whole depth."""
+        filters = db.Filters(entity_ids=list(entity_ids or ()))
+        legs: dict[str, dict[str, list[uuid.UUID]]] = {"claim": {}, "chunk": {}}
+        full = False
+        for kind in ("claim", "chunk"):
+            semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, filters=filters)
+            lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, filters=filters)
+            legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
+            full = full or len(semantic) >= candidate_k or len(lexical) >= candidate_k
+        claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
+        claim_rows = await db.claims(conn, caller, claim_ids)
+        chunk_of = {cid: row["chunk_id"] for cid, row in claim_rows.items() if row["chunk_id"] is not None}
+        chunk_ids = list(dict.fromkeys([*(i for ranked in legs["chunk"].values() for i in ranked),
+                                        *chunk_of.values()]))
+        chunk_rows = await db.chunks(conn, caller, chunk_ids)
+        named: set[uuid.UUID] = set()
+        entities = await db.named_entities(conn, caller, name_keys(query))
+        if entities:
+            named = await db.mentioning(conn, caller.space_id, list(claim_rows), list(chunk_rows), entities)
+        dated = {cid for cid, row in claim_rows.items()
+                 if row["claim_valid_from"] is not None or mentions_time(row["source_span"])}
+        dated |= {cid for cid, row in chunk_rows.items() if mentions_time(row["chunk_text"])}
+        candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
+                                        named=frozenset(named), dated=frozenset(dated),
+                                        temporal=is_temporal_question(query))
+        return candidates, claim_rows, chunk_rows, full
+
     async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
                                  candidate_k: int) -> t.Envelope:
         vector = await self.embed_query(query)
         async with self.snapshot() as conn:
             now = await self._now(conn)
             env = envelope("evidence", CURRENT, now)
-            extra_claim, extra_chunk, extra_args = "", "", []
-            if entity_ids:
-                if await _unknown_anchors(conn, caller, env, entity_ids):
-                    return env
-                extra_args = [list(entity_ids)]
-                extra_claim = ("AND EXISTS (SELECT 1 FROM mentions m WHERE m.claim_id = c.claim_id "
-                               "AND m.resolved_entity_id = ANY($6::uuid[]))")
-                extra_chunk = ("AND EXISTS (SELECT 1 FROM claims mc JOIN mentions m ON m.claim_id = mc.claim_id "
-                               "WHERE mc.chunk_id = c.chunk_id AND m.resolved_entity_id = ANY($6::uuid[]))")
-            legs = {}
-            for kind, extra in (("claim", extra_claim), ("chunk", extra_chunk)):
-                semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, extra=_shift(extra),
-                                                    extra_args=extra_args)
-                lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, extra=extra,
-                                                  extra_args=extra_args)
-                legs[kind] = (semantic, lexical)
-            full = any(len(leg) >= candidate_k for pair in legs.values() for leg in pair)
-            dropped = 0
-            claim_order = rrf({"semantic": [i for i, _ in legs["claim"][0]], "bm25": [i for i, _ in legs["claim"][1]]})
-            claim_rows = await db.claims(conn, caller, [f.item_id for f in claim_order])
-            groups: dict[tuple[Any, ...], list[Any]] = {}
-            for fused in claim_order:
-                row = claim_rows.get(fused.item_id)
-                if row is None:
-                    dropped += 1
-                    continue
-                key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
-                       row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
-                       row["is_attributed"], row["attributed_to"])
-                groups.setdefault(key, []).append(row)
-            grouped = list(groups.values())
-            _ranking(env, claim_order, {m[0]["claim_id"] for m in grouped[:k]})
-            for members in grouped[:k]:
-                message = self._evidence(members[0], caller)
-                message.corroboration_count = len({m["doc_id"] for m in members})
-                message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
-                env.evidence.append(message)
-            chunk_order = rrf({"semantic": [i for i, _ in legs["chunk"][0]], "bm25": [i for i, _ in legs["chunk"][1]]})
-            chunk_rows = await db.chunks(conn, caller, [f.item_id for f in chunk_order])
-            kept_chunks = []
-            for fused in chunk_order:
-                row = chunk_rows.get(fused.item_id)
-                if row is None:
-                    dropped += 1
-                    continue
-                kept_chunks.append(row)
-            for row in kept_chunks[:k]:
-                message = chunk_message(row)
-                message.chunk_text = self.redact(message.chunk_text, caller)
-                env.chunks.append(message)
+            if entity_ids and await _unknown_anchors(conn, caller, env, entity_ids):
+                return env
+            candidates, claim_rows, chunk_rows, full = await self.evidence_candidates(
+                conn, caller, query, vector, entity_ids, candidate_k)
+        claim_order, chunk_order = fuse_evidence(candidates, self.weights)
+        dropped = 0
+        groups: dict[tuple[Any, ...], list[Any]] = {}
+        for fused in claim_order:
+            row = claim_rows.get(fused.item_id)
+            if row is None:
+                dropped += 1
+                continue
+            key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
+                   row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
+                   row["is_attributed"], row["attributed_to"])
+            groups.setdefault(key, []).append(row)
+        grouped = list(groups.values())
+        for members in grouped[:k]:
+            message = self._evidence(members[0], caller)
+            message.corroboration_count = len({m["doc_id"] for m in members})
+            message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
+            env.evidence.append(message)
+        kept_chunks = []
+        for fused in chunk_order:
+            row = chunk_rows.get(fused.item_id)
+            if row is None:
+                dropped += 1
+                continue
+            kept_chunks.append(row)
+        for row in kept_chunks[:k]:
+            message = chunk_message(row)
+            message.chunk_text = self.redact(message.chunk_text, caller)
+            env.chunks.append(message)
+        # Claims and passages share one fused scale: the ranking orders them together.
+        returned = {m[0]["claim_id"] for m in grouped[:k]} | {r["chunk_id"] for r in kept_chunks[:k]}
+        _ranking(env, sorted([*claim_order, *chunk_order], key=lambda f: (-f.score, str(f.item_id))), returned)
         env.dropped_by_hydration = dropped
         total = max(len(grouped), len(kept_chunks))
         if total > k or full:
@@ -457,12 +472,6 @@ class Retrieval:
             negative(env, "known_empty", "no current testimony matches the question",
                      "rephrase, or widen entity_ids")
         return env
-
-
-def _shift(extra: str) -> str:
-    """Semantic legs bind one parameter fewer before the extra arguments than lexical legs:
-    renumber $6, $7… to $5, $6…"""
-    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) - 1}" if int(m.group(1)) >= 6 else m.group(0), extra)
 
 
 def _ranking(env: t.Envelope, fused: Sequence[Any], returned: set[uuid.UUID]) -> None:
@@ -482,18 +491,6 @@ async def _unknown_anchors(conn: asyncpg.Connection, caller: Caller, env: t.Enve
         negative(env, "unknown_entity", f"not a current entity: {', '.join(missing)}",
                  "resolve the name again with resolve_entity")
     return bool(missing)
-
-
-async def _context_hits(conn: asyncpg.Connection, caller: Caller, candidates: Sequence[uuid.UUID],
-                        context: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
-    rows = await conn.fetch(
-        f"""SELECT x.entity_id, count(*) AS n FROM (SELECT unnest($3::uuid[]) AS entity_id) x
-              JOIN facts f ON f.kind = 'relation' AND f.invalidated_at IS NULL
-                          AND ((f.subject_entity_id = x.entity_id AND f.object_entity_id = ANY($4::uuid[]))
-                            OR (f.object_entity_id = x.entity_id AND f.subject_entity_id = ANY($4::uuid[])))
-             WHERE f.space_id = $1 AND {db.FACT_SUPPORTED}
-             GROUP BY x.entity_id""", caller.space_id, db.principals(caller), list(candidates), list(context))
-    return {r["entity_id"]: r["n"] for r in rows}
 
 
 def struct(value: dict[str, Any]) -> struct_pb2.Struct:

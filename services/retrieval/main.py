@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.embeddings import provider_from_settings
+from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.redaction import output_redaction
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -21,6 +21,10 @@ async def build(settings: Settings) -> ServiceSpec:
         embedder = provider_from_settings(settings)
     except ValueError as exc:
         raise StartupError(f"testament-retrieval: {exc}") from None
+    try:
+        await warm_up(embedder)  # the model answers the first query at full speed: loaded before SERVING
+    except EmbeddingUnavailable as exc:
+        raise StartupError(f"testament-retrieval: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
     redact = output_redaction(settings, "retrieval")
     graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
     retrieval = Retrieval(platform.db, embedder, graph, redact=redact)

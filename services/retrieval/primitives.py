@@ -14,6 +14,7 @@ from testament.retrieval.v1 import retrieval_pb2
 
 from services.ingest.domain import parse_utc
 from services.platform.auth import Caller
+from services.platform.errors import Conflict
 from services.platform.wire import enum_value
 from services.retrieval import adapters as db
 from services.retrieval.app import (
@@ -69,8 +70,7 @@ class Primitives:
             dropped = 0
             if vector is not None:
                 hits = await self.r.legs.semantic(conn, "fact", caller, vector, k,
-                                                  extra="AND f.kind = 'observation' AND f.subject_entity_id = $5",
-                                                  extra_args=[entity_id])
+                                                  filters=db.Filters(fact_kind="observation", subject_id=entity_id))
                 found = await db.facts(conn, caller, [h for h, _ in hits])
                 rows = []
                 for fact_id, _ in hits:
@@ -157,6 +157,11 @@ class Primitives:
             now = await self.r._now(conn)
             env = envelope("evidence", CURRENT, now)
             if vector is not None:
+                if not await self.r.legs.comparable(conn, caller.space_id):
+                    model = await self.r.legs.space_model(conn, caller.space_id)
+                    raise Conflict(f"this space is embedded with {model}, queries with {self.r.legs.model}: "
+                                   "run `testament ops reembed`, or search with channel=bm25",
+                                   reason="EMBEDDING_MODEL_MISMATCH")
                 hits = await self.r.legs.semantic(conn, kind, caller, vector, k)
             else:
                 hits = await self.r.legs.lexical(conn, kind, caller, query, k)

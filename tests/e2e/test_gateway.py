@@ -47,11 +47,11 @@ def test_a_trace_started_at_the_gateway_reaches_the_service(stack: tuple[Proc, P
     assert any(line.get("trace_id") == parent for line in ingest.log_lines())
 
 
-def test_unbuilt_routes_answer_honestly(stack: tuple[Proc, Proc, str]) -> None:
+def test_the_query_space_routes_are_transcoded_from_their_annotations(stack: tuple[Proc, Proc, str]) -> None:
     _, _, base = stack
     reply = httpx.get(f"{base}/query/space", timeout=10)
-    assert reply.status_code == 501
-    assert "not implemented" in reply.json()["detail"]
+    assert reply.status_code == 200
+    assert reply.json()["schema"] == "memory_v1"
 
 
 def test_a_route_whose_service_is_not_deployed_is_503(stack: tuple[Proc, Proc, str]) -> None:

@@ -103,8 +103,8 @@ def test_a_contradiction_returns_every_side_together(base: str) -> None:
     block = side["contradiction"]
     assert block is not None and block["total"] == 1 and block["returned"] == 1
     other = block["co_members"][0]["label"]
-    assert {side["label"], other} == {"The billing migration cutover is scheduled for 8 June 2026.",
-                                      "The billing migration cutover is scheduled for 15 June 2026."}
+    assert {side["label"], other} == {"billing migration cutover: 8 June 2026",
+                                      "billing migration cutover: 15 June 2026"}
 
 
 def test_resolving_dana_returns_both_danas_and_never_picks(base: str) -> None:

@@ -16,7 +16,7 @@ from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
 from testament.graph.v1 import graph_pb2_grpc
 from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from testament.pipeline.v1 import pipeline_pb2_grpc
-from testament.queryspace.v1 import queryspace_pb2, queryspace_pb2_grpc
+from testament.queryspace.v1 import queryspace_pb2_grpc
 from testament.retrieval.v1 import retrieval_pb2_grpc
 
 from services.platform.auth import Scope
@@ -31,8 +31,7 @@ SERVICES = {
     "retrieval": ("testament.retrieval.v1.RetrievalService", retrieval_pb2_grpc.RetrievalServiceStub, None, None),
     "graph": ("testament.graph.v1.GraphService", graph_pb2_grpc.GraphServiceStub, None, None),
     "queryspace": ("testament.queryspace.v1.QuerySpaceService",
-                   queryspace_pb2_grpc.QuerySpaceServiceStub,
-                   "DescribeQuerySpace", queryspace_pb2.DescribeQuerySpaceRequest()),
+                   queryspace_pb2_grpc.QuerySpaceServiceStub, None, None),
 }
 
 

@@ -197,7 +197,7 @@ describe("testament stack", () => {
     assert.equal(response.buildRevision, "");
     assert.equal(response.modelBindings["p1_embedding"], "hash-384-v1");
     assert.equal(response.tools["facts_context"], 3);
-    assert.equal(response.tools["query_sql"], undefined); // the SQL face is not served yet
+    assert.equal(response.tools["query_sql"], 1); // the SQL face is served
   });
 
   test("deployment.checkHealth answers ok on every service port", async () => {
@@ -212,30 +212,28 @@ describe("testament stack", () => {
     assert.deepEqual((await c.pipeline.listDeadLetters({})).deadLetters, []);
     assert.deepEqual((await c.ingest.listDocuments({})).documents.length >= 0, true);
     assert.equal((await c.retrieval.listOperations({})).operations.length, 4);
-    await assert.rejects(c.queryspace.describeQuerySpace({}), (err: unknown) => toTestamentError(err).reason === "NOT_BUILT");
+    assert.equal((await c.queryspace.describeQuerySpace({})).schema, "memory_v1");
   });
 
-  test("an unbuilt RPC fails with UNIMPLEMENTED and reason NOT_BUILT", async () => {
-    for (const call of [
-      () => client("queryspace").queryspace.describeQuerySpace({}),
-      () => client("queryspace").queryspace.runSql({ sql: "SELECT 1" }),
-    ]) {
-      await assert.rejects(call(), (err: unknown) => {
-        assert.ok(err instanceof ConnectError);
-        assert.equal(err.code, Code.Unimplemented);
-        const e = toTestamentError(err);
-        assert.ok(e instanceof TestamentError);
-        assert.equal(e.code, Code.Unimplemented);
-        assert.equal(e.codeName, "Unimplemented");
-        assert.equal(e.reason, "NOT_BUILT");
-        assert.equal(e.domain, "testament");
-        assert.equal(e.httpStatus, 501);
-        assert.match(e.message, /is not implemented/);
-        assert.equal(e.detail, e.message);
-        assert.equal(toTestamentError(e), e);
-        return true;
-      });
-    }
+  test("a refused RPC carries its code, reason and HTTP status; a refused statement is a result", async () => {
+    const qs = client("queryspace").queryspace;
+    await assert.rejects(qs.describeSavedQuery({ namespace: "examples", name: "no_such_query" }), (err: unknown) => {
+      assert.ok(err instanceof ConnectError);
+      assert.equal(err.code, Code.NotFound);
+      const e = toTestamentError(err);
+      assert.ok(e instanceof TestamentError);
+      assert.equal(e.code, Code.NotFound);
+      assert.equal(e.reason, "SAVED_QUERY_NOT_FOUND");
+      assert.equal(e.domain, "testament");
+      assert.equal(e.httpStatus, 404);
+      assert.equal(toTestamentError(e), e);
+      return true;
+    });
+    const refused = await qs.runSql({ sql: "SELECT * FROM pg_class" });
+    assert.equal(refused.result?.contract, "QueryResult/v1");
+    assert.equal(refused.result?.errorCode, 4); // QUERY_ERROR_CODE_RELATION_NOT_ALLOWED
+    const ran = await qs.runSql({ sql: "SELECT 1 AS one" });
+    assert.equal(ran.result?.columns[0]?.name, "one");
   });
 
   test("the gateway's HTTP face answers /healthz", async () => {

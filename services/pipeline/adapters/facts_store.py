@@ -20,7 +20,7 @@ import numpy as np
 
 from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
-from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict
+from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, holder_predicates
 from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose
 from services.pipeline.domain.facts import (
     ClaimView,
@@ -277,17 +277,42 @@ def statement_key(statement: str | None) -> str:
 async def fact_views(conn: asyncpg.Connection, space_id: uuid.UUID, incoming: Incoming,
                      subject_name: str) -> list[FactView]:
     rows = await conn.fetch(
-        """SELECT fact_id, kind, subject_entity_id, predicate, object_entity_id, statement, valid_from, valid_until,
-                  valid_precision, superseded_by IS NOT NULL AS superseded, contradiction_group
-             FROM facts
-            WHERE space_id = $1 AND invalidated_at IS NULL
-              AND (subject_entity_id = $2 OR (kind = 'relation' AND predicate = $3 AND object_entity_id = $4))
-            ORDER BY ingested_at""",
-        space_id, incoming.subject_id, incoming.predicate, incoming.object_id)
+        """SELECT f.fact_id, f.kind, f.subject_entity_id, f.predicate, f.object_entity_id, f.statement, f.valid_from,
+                  f.valid_until, f.valid_precision, f.superseded_by IS NOT NULL AS superseded, f.contradiction_group,
+                  origin.change_kind, origin.features->>'previous_object_id' AS previous_object_id,
+                  origin.asserted_at
+             FROM facts f
+        LEFT JOIN LATERAL (SELECT a.change_kind, a.features, c.asserted_at
+                             FROM assertions a JOIN claims c ON c.claim_id = a.claim_id
+                            WHERE a.assertion_id = (SELECT a2.assertion_id FROM assertions a2
+                                                     WHERE a2.fact_id = f.fact_id
+                                                     ORDER BY a2.adjudicated_at, a2.assertion_id LIMIT 1)) origin
+               ON true
+            WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+              AND (f.subject_entity_id = $2 OR (f.kind = 'relation' AND f.predicate = ANY($3::text[])
+                                                 AND f.object_entity_id = $4))
+            ORDER BY f.ingested_at""",
+        space_id, incoming.subject_id, list(holder_predicates(incoming.predicate)), incoming.object_id)
     return [FactView(r["fact_id"], r["kind"], r["subject_entity_id"], r["predicate"], r["object_entity_id"],
                      r["statement"], _window(r), r["superseded"], r["contradiction_group"],
                      attribute_key(r["statement"] or "", normalize_name(subject_name)),
-                     statement_key(r["statement"])) for r in rows]
+                     statement_key(r["statement"]), r["change_kind"] or "none",
+                     uuid.UUID(r["previous_object_id"]) if r["previous_object_id"] else None,
+                     r["asserted_at"]) for r in rows]
+
+
+async def pending_ends(conn: asyncpg.Connection, space_id: uuid.UUID, subject_id: uuid.UUID,
+                       object_id: uuid.UUID | None) -> list[dt.datetime | None]:
+    """Ends ("left X") read for this subject and object that found no fact when they arrived."""
+    if object_id is None:
+        return []
+    rows = await conn.fetch(
+        """SELECT a.valid_from FROM assertions a
+             JOIN mentions sm ON sm.mention_id = a.subject_mention_id
+             JOIN mentions om ON om.mention_id = a.object_mention_id
+            WHERE a.space_id = $1 AND a.kind = 'relation' AND a.features->>'dropped' = 'pending_end'
+              AND sm.resolved_entity_id = $2 AND om.resolved_entity_id = $3""", space_id, subject_id, object_id)
+    return [r["valid_from"] for r in rows]
 
 
 async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reason: str | None) -> None:
@@ -299,6 +324,21 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                 assertion_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID, label: str) -> uuid.UUID | None:
     """Write a verdict: the fact, its evidence, supersessions, groups and the transcript."""
     subject_kind = incoming.kind
+    if verdict.outcome == "end":
+        assert verdict.target is not None
+        for ended, at in verdict.supersede:
+            before = await conn.fetchrow("SELECT valid_from, valid_until, valid_precision FROM facts "
+                                         "WHERE fact_id = $1", ended)
+            after = Window(before["valid_from"], at, "day" if before["valid_precision"] in ("open", "unknown")
+                           else before["valid_precision"])
+            await conn.execute("UPDATE facts SET valid_until = $2, valid_precision = $3 WHERE fact_id = $1",
+                               ended, after.valid_until, after.precision)
+            await _evidence(conn, space_id, ended, claim_id, doc_id, "supports")
+            await _decision(conn, space_id, ended, subject_kind, "update", verdict, claim_id,
+                            before=_window(before), after=after)
+        await conn.execute("UPDATE assertions SET fact_id = $2, adjudicated_at = clock_timestamp() "
+                           "WHERE assertion_id = $1", assertion_id, verdict.target)
+        return verdict.target
     if verdict.outcome == "drop":
         await drop_assertion(conn, assertion_id, verdict.reason)
         return None
@@ -323,6 +363,13 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
     else:
         fact_id = derived_id("fact", assertion_id)
         w = verdict.window or incoming.window
+        closer: uuid.UUID | None = None
+        if verdict.closed_by is not None:
+            closer, at = verdict.closed_by
+            if at is not None:
+                w = Window(w.valid_from, at, "day" if w.precision in ("open", "unknown") else w.precision)
+        elif verdict.ended_at is not None:
+            w = Window(w.valid_from, verdict.ended_at, "day" if w.precision in ("open", "unknown") else w.precision)
         group = None
         if verdict.outcome == "contradict":
             existing = await conn.fetchval(
@@ -338,7 +385,12 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             incoming.statement, label, w.valid_from, w.valid_until, w.precision, group, verdict.confidence)
         await _evidence(conn, space_id, fact_id, claim_id, doc_id, "supports")
         await _decision(conn, space_id, fact_id, subject_kind, "add" if verdict.outcome == "add" else "contradict",
-                        verdict, claim_id, before=None, after=w)
+                        verdict, claim_id, before=None, after=verdict.window or incoming.window)
+        if closer is not None:
+            # a successor that arrived first: this fact is history from the start
+            await conn.execute("UPDATE facts SET superseded_by = $2 WHERE fact_id = $1", fact_id, closer)
+            await _decision(conn, space_id, fact_id, subject_kind, "supersede", verdict, claim_id,
+                            before=verdict.window or incoming.window, after=w, related=closer)
         if group is not None:
             await conn.execute("UPDATE facts SET contradiction_group = $2 WHERE fact_id = ANY($1::uuid[])",
                                list(verdict.group_with), group)

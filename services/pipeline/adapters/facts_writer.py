@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.pipeline.adapters import crossrefs
 from services.pipeline.adapters import facts_store as fs
 from services.pipeline.adapters.store import VersionSource, derived_id
 from services.pipeline.domain.adjudicate import Incoming, decide
@@ -17,10 +18,9 @@ from services.pipeline.domain.facts import (
     ClaimView,
     RelationProvider,
     attribute_key,
-    canonical_window,
+    claim_window,
     normalize_name,
     relation_label,
-    state_window,
 )
 from services.platform.db import Database
 from services.platform.support import facts_of_claims, refresh_support
@@ -82,11 +82,13 @@ class FactsWriter:
                     previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
                                                       cache)
                     features["previous_object_id"] = str(previous_id)
+                if draft.features.get("previous_holder"):
+                    # the previous holder is a mention like any other name ("took over X from Dev Patel")
+                    await fs.resolve(conn, source.space_id, source.doc_id, str(draft.features["previous_holder"]),
+                                     cache)
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
-                window = canonical_window(view.valid_from, view.valid_until, view.valid_precision)
-                if draft.kind == "relation":
-                    window = state_window(window, draft.change_kind)
+                window = claim_window(view, draft)
                 await conn.execute(
                     """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
                                                subject_mention_id, predicate, object_mention_id, statement,
@@ -108,7 +110,8 @@ class FactsWriter:
     async def adjudicate(self, conn: asyncpg.Connection, source: VersionSource, *, floor: float) -> None:
         rows = await conn.fetch(
             """SELECT a.assertion_id, a.claim_id, a.kind, a.predicate, a.statement, a.valid_from, a.valid_until,
-                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id, c.is_current_testimony,
+                      a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id, c.asserted_at,
+                      c.is_current_testimony,
                       sm.resolved_entity_id AS subject_id, se.canonical_name AS subject_name,
                       om.resolved_entity_id AS object_id, oe.canonical_name AS object_name
                  FROM assertions a
@@ -136,9 +139,13 @@ class FactsWriter:
                 previous_value=features.get("previous_value"),
                 attribute=attribute_key(r["statement"] or "", subject_key),
                 statement_key=fs.statement_key(r["statement"]),
+                ends=bool(features.get("ends")), said_at=r["asserted_at"],
+                until_claim=bool(features.get("until_claim")),
             )
             candidates = await fs.fact_views(conn, source.space_id, incoming, r["subject_name"])
-            verdict = decide(incoming, candidates, floor=floor)
+            ends = (await fs.pending_ends(conn, source.space_id, r["subject_id"], r["object_id"])
+                    if r["kind"] == "relation" else [])
+            verdict = decide(incoming, candidates, floor=floor, pending_ends=ends)
             label = (relation_label(r["subject_name"], r["predicate"], r["object_name"]) if r["kind"] == "relation"
                      else r["statement"])
             await fs.apply(conn, space_id=source.space_id, incoming=incoming, verdict=verdict,
@@ -173,6 +180,10 @@ class FactsWriter:
             return
         retired = await fs.supersede_living_testimony(conn, source.space_id, source.doc_id, source.version_id)
         await refresh_support(conn, source.space_id, await facts_of_claims(conn, retired), retract=True)
+
+    async def link_citations(self, conn: asyncpg.Connection, source: VersionSource, markdown: str) -> None:
+        """Cross-references this version makes (and earlier documents make to it), for citation paths."""
+        await crossrefs.link_version(conn, source, markdown)
 
     async def labels_and_profiles(self, source: VersionSource) -> tuple[list[asyncpg.Record], dict[uuid.UUID, str]]:
         facts = await fs.facts_of_version(self.db, source.version_id)

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from services.pipeline.domain.claims import ClaimDraft, Decision
-from services.pipeline.domain.structure import Chunk, Section
+from services.pipeline.domain.structure import Chunk, Section, retrieval_text
 from services.platform.db import Database
 from services.platform.text import term_frequencies
 
@@ -189,7 +189,7 @@ class PgStageStore:
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)""",
             rows,
         )
-        await index_text(conn, source.space_id, "chunk", [(r[0], source.doc_id, r[12]) for r in rows])
+        await index_text(conn, source.space_id, "chunk", [(r[0], source.doc_id, retrieval_text(r[12])) for r in rows])
 
     async def chunk(self, version_id: uuid.UUID, ordinal: int) -> ChunkRow | None:
         row = await self.db.fetchrow(

@@ -35,6 +35,9 @@ class FactView:
     contradiction_group: uuid.UUID | None
     attribute: frozenset[str] = frozenset()
     statement_key: str = ""
+    change_kind: str = "none"  # of the assertion that made the fact
+    previous_object_id: uuid.UUID | None = None
+    said_at: dt.datetime | None = None  # when its first source said it
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,15 @@ class Incoming:
     previous_value: str | None = None
     attribute: frozenset[str] = frozenset()
     statement_key: str = ""
+    ends: bool = False  # "left X", "stepped down", "no longer": ends the relation at the window's start
+    said_at: dt.datetime | None = None
+    # "from A to B": the A the same claim names, which held until B began
+    until_claim: bool = False
 
 
 @dataclass(frozen=True)
 class Verdict:
-    outcome: str  # add | noop | update | contradict | contradict_evidence | drop
+    outcome: str  # add | noop | update | contradict | contradict_evidence | drop | end
     confidence: float
     target: uuid.UUID | None = None
     window: Window | None = None
@@ -63,6 +70,11 @@ class Verdict:
     group_with: tuple[uuid.UUID, ...] = ()
     reason: str = ""
     features: dict[str, object] = field(default_factory=dict)
+    # a held fact that starts later and would have closed this one had it arrived first:
+    # the new fact is added already closed at that start (order independence)
+    closed_by: tuple[uuid.UUID, dt.datetime | None] | None = None
+    # an end that arrived before this fact ("left X on 1 May"): the new fact ends there
+    ended_at: dt.datetime | None = None
 
 
 def _overlap(a: Window, b: Window) -> bool:
@@ -93,18 +105,78 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def _closes(candidate: FactView, at: dt.datetime | None) -> bool:
-    """A predecessor is closed only if the successor starts after it did."""
-    if candidate.superseded:
+    """A predecessor is closed only if the successor starts after it did. A predecessor
+    already closed by a later successor is closed again, earlier, by one that falls between."""
+    if candidate.superseded and (at is None or candidate.window.valid_from is None):
         return False
     if at is None or candidate.window.valid_from is None:
         return True
-    if candidate.window.valid_until is not None and candidate.window.valid_until <= at:
+    if candidate.window.valid_until is not None and candidate.window.valid_until < at:
         return False
-    return candidate.window.valid_from < at
+    if candidate.superseded and candidate.window.valid_until == at:
+        return False  # already closed there by another successor
+    return candidate.window.valid_from < at  # ending exactly at ``at`` ("from A to B"): A is B's predecessor
 
 
-def decide(incoming: Incoming, candidates: Sequence[FactView], *, floor: float = 0.75) -> Verdict:
+# A take-over or hand-over passes on whatever the previous holder held, led or owned.
+_HOLDER_FAMILY = frozenset({"other:leads", "other:owns"})
+
+
+def holder_predicates(predicate: str | None) -> frozenset[str]:
+    """The predicates whose holder of one object a new fact of ``predicate`` may succeed
+    (the candidates a fact store must return besides the subject's own facts)."""
+    if predicate in _HOLDER_FAMILY:
+        return _HOLDER_FAMILY
+    return frozenset({predicate}) if predicate else frozenset()
+
+
+def _later_successor(a: Incoming, candidates: Sequence[FactView], same: set[uuid.UUID]) -> FactView | None:
+    """The earliest held fact that starts after ``a`` (or, both undated, was said after it)
+    and would have closed it had it come first."""
+    start = a.window.valid_from
+    found: list[FactView] = []
+    for c in candidates:
+        if c.kind != "relation" or c.fact_id in same:
+            continue
+        if c.window.valid_from is None:
+            said_later = (start is None and c.said_at is not None and a.said_at is not None
+                          and c.said_at > a.said_at and not c.superseded)
+            if not said_later:
+                continue
+        elif start is not None and c.window.valid_from <= start:
+            continue
+        closes = False
+        if c.subject_id == a.subject_id and c.object_id != a.object_id and c.predicate == a.predicate:
+            # one person leads or owns many things: a new holding of theirs ends none of the others
+            closes = a.predicate in FUNCTIONAL or (
+                c.change_kind == "succession" and a.predicate in SUCCESSION_PREDICATES
+                and (c.previous_object_id == a.object_id
+                     or (c.previous_object_id is None and a.predicate not in INVERSE_FUNCTIONAL)))
+        if (c.object_id == a.object_id and c.subject_id != a.subject_id and a.predicate in INVERSE_FUNCTIONAL
+                and (c.predicate == a.predicate
+                     or (c.change_kind == "succession" and {c.predicate, a.predicate} <= _HOLDER_FAMILY))):
+            closes = True
+        if c.subject_id == a.subject_id and c.previous_object_id is not None and c.previous_object_id == a.object_id:
+            closes = True
+        if closes:
+            found.append(c)
+    dated = [c for c in found if c.window.valid_from is not None]
+    if dated:
+        return min(dated, key=lambda c: (c.window.valid_from, str(c.fact_id)))
+    return min(found, key=lambda c: (c.said_at, str(c.fact_id))) if found else None
+
+
+def decide(incoming: Incoming, candidates: Sequence[FactView], *, floor: float = 0.75,
+           pending_ends: Sequence[dt.datetime | None] = ()) -> Verdict:
+    """``pending_ends``: dates of ends ("left X") already read for this subject and object
+    that found no fact to end when they arrived."""
     verdict = _decide(incoming, candidates)
+    if verdict.outcome in ("add", "contradict") and incoming.kind == "relation" and not incoming.ends:
+        start = (verdict.window or incoming.window).valid_from
+        ends = sorted(t for t in pending_ends if t is not None and (start is None or t > start))
+        if ends:
+            verdict = Verdict(verdict.outcome, verdict.confidence, verdict.target, verdict.window, verdict.supersede,
+                              verdict.group_with, verdict.reason, verdict.features, verdict.closed_by, ends[0])
     if verdict.outcome in ("noop", "update") and verdict.confidence < floor:
         return Verdict("add", verdict.confidence, window=incoming.window, reason="below_confidence_floor",
                        features={"would_have": verdict.outcome, "target": str(verdict.target)})
@@ -120,11 +192,16 @@ def _decide(incoming: Incoming, candidates: Sequence[FactView]) -> Verdict:
 def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     same = [c for c in candidates if c.kind == "relation" and c.subject_id == a.subject_id
             and c.predicate == a.predicate and c.object_id == a.object_id]
+    if a.ends:
+        return _end(a, candidates)
     if a.change_kind == "negation":
         if same:
             return Verdict("contradict_evidence", 0.85, target=same[0].fact_id, reason="negated")
         return Verdict("drop", 1.0, reason="negation_of_unknown_relation")
     for c in same:
+        if a.until_claim and c.window.valid_until is None:
+            # held already: the successor in the same claim closes it, nothing to add
+            return Verdict("drop", 1.0, reason="predecessor_held")
         distinct_events = (a.valid_kind == "event_time" and a.window.known and c.window.known
                            and not _overlap(a.window, c.window))
         if distinct_events:
@@ -132,42 +209,78 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
         if a.change_kind == "correction" and a.window.known and a.window != c.window:
             return Verdict("update", 0.9, target=c.fact_id, window=a.window, reason="corrected_dates")
         if _better(a.window, c.window):
+            kept_end = a.window.precision == "open" and c.window.valid_until is not None
             merged = Window(a.window.valid_from or c.window.valid_from,
-                            c.window.valid_until if a.window.precision == "open" and c.window.valid_until
-                            else a.window.valid_until, a.window.precision)
+                            c.window.valid_until if kept_end else a.window.valid_until,
+                            c.window.precision if kept_end else a.window.precision)
             return Verdict("update", 0.9, target=c.fact_id, window=merged, reason="better_dates")
         return Verdict("noop", 0.95, target=c.fact_id, reason="same_relation")
     start = a.window.valid_from
+    successor = _later_successor(a, candidates, {s.fact_id for s in same})
+    closed_by = (successor.fact_id, successor.window.valid_from) if successor is not None else None
     closing: list[tuple[uuid.UUID, dt.datetime | None]] = []
     for c in candidates:
+        if closed_by is not None and start is None:
+            break  # an undated fact that a dated successor already follows closes nothing
         if c.kind != "relation" or c.fact_id in {s.fact_id for s in same}:
             continue
         same_predicate = c.predicate == a.predicate
-        if not same_predicate:
+        if not same_predicate and not (a.change_kind == "succession" and c.object_id == a.object_id
+                                       and {c.predicate, a.predicate} <= _HOLDER_FAMILY):
             continue
         successor_of_subject = (
-            c.subject_id == a.subject_id and c.object_id != a.object_id
+            same_predicate and c.subject_id == a.subject_id and c.object_id != a.object_id
             and ((a.change_kind == "succession" and a.predicate in SUCCESSION_PREDICATES
-                  and (a.previous_object_id is None or c.object_id == a.previous_object_id))
+                  and (c.object_id == a.previous_object_id
+                       or (a.previous_object_id is None and a.predicate not in INVERSE_FUNCTIONAL)))
                  or a.predicate in FUNCTIONAL)
         )
         new_holder = (c.object_id == a.object_id and c.subject_id != a.subject_id
                       and a.predicate in INVERSE_FUNCTIONAL)
+        if start is None and c.window.valid_from is None and c.said_at is not None and a.said_at is not None \
+                and c.said_at > a.said_at:
+            continue  # two undated holders: the one said earlier never ends the one said later
         if (successor_of_subject or new_holder) and _closes(c, start):
             closing.append((c.fact_id, start))
     # A "moved from X to Y" also closes X's relation of another predicate family.
-    if a.previous_object_id is not None:
+    if a.previous_object_id is not None and not (closed_by is not None and start is None):
         for c in candidates:
             if (c.kind == "relation" and c.subject_id == a.subject_id and c.object_id == a.previous_object_id
                     and c.fact_id not in {f for f, _ in closing} and _closes(c, start)):
                 closing.append((c.fact_id, start))
     return Verdict("add", 0.9 if closing else 1.0, window=a.window, supersede=tuple(closing),
-                   reason="successor" if closing else "new_relation")
+                   reason="successor" if closing else "new_relation", closed_by=closed_by)
+
+
+_ENDABLE = frozenset({"works_on", "works_for", "member_of", "other:leads", "other:owns", "other:sponsors",
+                      "assigned_to", "reports_to", "participated_in"})
+
+
+def _end(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
+    """"X left Y" / "stepped down as lead of Y" / "no longer works on Y": the held relation
+    of X to Y ends at the stated date. One that arrives before the fact it ends is kept
+    (``pending_end``) and applied when that fact arrives."""
+    at = a.window.valid_from
+    targets = [c for c in candidates if c.kind == "relation" and c.subject_id == a.subject_id
+               and c.object_id == a.object_id and (c.predicate == a.predicate or (
+                   c.predicate in _ENDABLE and a.predicate in ("works_on", "works_for", "member_of")))]
+    if not targets:
+        return Verdict("drop", 1.0, reason="pending_end")
+    if at is None:
+        return Verdict("contradict_evidence", 0.85, target=targets[0].fact_id, reason="ended_undated")
+    live = [c for c in targets if c.window.valid_from is None or c.window.valid_from < at]
+    live = [c for c in live if c.window.valid_until is None or c.window.valid_until > at]
+    if not live:
+        return Verdict("noop", 0.95, target=targets[0].fact_id, reason="already_ended")
+    return Verdict("end", 0.9, target=live[0].fact_id, supersede=tuple((c.fact_id, at) for c in live),
+                   reason="ended")
 
 
 def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     mine = [c for c in candidates if c.kind == "observation" and c.subject_id == a.subject_id]
     for c in mine:
+        if c.statement_key == a.statement_key and a.until_claim and c.window.valid_until is None:
+            return Verdict("drop", 1.0, reason="predecessor_held")
         if c.statement_key == a.statement_key:
             if _better(a.window, c.window):
                 return Verdict("update", 0.9, target=c.fact_id, window=a.window, reason="better_dates")
@@ -181,8 +294,27 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
             if a.previous_value.lower() in (c.statement or "").lower():
                 return Verdict("update", min(0.95, 0.6 + score), target=c.fact_id, window=a.window,
                                reason="corrected_value", features={"attribute_overlap": score})
+    if a.change_kind == "none":
+        # a change of this attribute already held: a state that started later closes this
+        # value at its start; a rescheduled date said later supersedes it (its window stays)
+        start = a.window.valid_from
+        later_state = [c for c, _ in related if c.change_kind == "succession" and c.window.precision == "open"
+                       and c.window.valid_from is not None and (start is None or c.window.valid_from > start)]
+        later_said = [c for c, _ in related if c.change_kind in ("succession", "correction")
+                      and c.window.precision != "open" and c.said_at is not None and a.said_at is not None
+                      and c.said_at > a.said_at]
+        if later_state:
+            first = min(later_state, key=lambda c: (c.window.valid_from, str(c.fact_id)))
+            return Verdict("add", 0.9, window=a.window, reason="predecessor",
+                           features={"attribute_overlap": related[0][1]},
+                           closed_by=(first.fact_id, first.window.valid_from))
+        if later_said:
+            first = min(later_said, key=lambda c: (c.said_at, str(c.fact_id)))
+            return Verdict("add", 0.9, window=a.window, reason="predecessor",
+                           features={"attribute_overlap": related[0][1]}, closed_by=(first.fact_id, None))
     if a.change_kind in ("succession", "correction"):
-        start = a.window.valid_from if a.valid_kind in ("effective_period", "proposition_validity") else None
+        start = a.window.valid_from if (a.valid_kind in ("effective_period", "proposition_validity")
+                                        or a.window.precision == "open") else None
         closing = tuple((c.fact_id, start) for c, _ in related if _closes(c, start))
         return Verdict("add", 0.9, window=a.window, supersede=closing, reason="successor",
                        features={"attribute_overlap": related[0][1]})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
@@ -54,7 +54,7 @@ KEEP_FLAG_REASONS: tuple[str, ...] = ("hedged", "unresolved_date")
 DECONTEXT_REASONS: tuple[str, ...] = (
     "pronoun_resolved", "reference_expanded", "date_resolved", "speaker_attributed", "subject_copied",
 )
-CLAIMIFY_OMIT_REASONS: tuple[str, ...] = ("unresolved_reference", "span_outside_chunk")
+CLAIMIFY_OMIT_REASONS: tuple[str, ...] = ("unresolved_reference", "span_outside_chunk", "no_predicate")
 
 
 # --------------------------------------------------------------------------- public types
@@ -127,6 +127,105 @@ class RulesClaimProvider:
         return extract_claims(item)
 
 
+class ParsedClaimProvider:
+    """The default offline extractor: the rules selection and decontextualisation, with a
+    turn's speaker carried in the attribution fields only (never "X said that X …" in the
+    text), "since then" resolved to the date of the event just told, and every statement
+    checked against its English parse: a fragment without a predicate ("My kids.") is no
+    claim. What each claim asserts is read from the parse by the normaliser
+    (:class:`services.pipeline.domain.facts.ParseRelationProvider`)."""
+
+    name: str = "rules"
+    version: str = "rules-parse/1"
+
+    async def extract(self, item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
+        return extract_parsed_claims(item)
+
+
+_SINCE_THEN_RE = re.compile(r"\b(?:[Ss]ince then|[Ee]ver since|[Ff]rom then on|[Ss]ince that (?:day|date|time))\b")
+_UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu]p to then"
+                            r"|[Uu]ntil that (?:day|date))\b")
+
+
+_POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
+                                 r"|day)['’]s\b", re.IGNORECASE)
+
+
+def _is_fragment(doc: object) -> bool:
+    """No predicate in the parse: no verb, and no noun-tagged word in a verb's place (the
+    small pipeline tags "moves" in "the launch moves to October" as a plural noun)."""
+    tokens = list(doc)  # type: ignore[call-overload]
+    if any(t.pos_ in ("VERB", "AUX") or t.tag_.startswith("VB") or t.tag_ == "MD" for t in tokens):
+        return False
+    for index in range(1, len(tokens) - 1):
+        word, before, after = tokens[index], tokens[index - 1], tokens[index + 1]
+        if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN")
+                and after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV")):
+            return False
+    return True
+
+
+def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
+    from services.pipeline.domain import nlp, reading
+
+    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True)
+    nlp.prefetch(reading.prepared(d.claim_text) for d in drafts)
+    kept: list[ClaimDraft] = []
+    last_event: ClaimDraft | None = None
+    for draft in drafts:
+        if _is_fragment(nlp.parse(reading.prepared(draft.claim_text))) and not reading.is_key_value(
+                draft.claim_text):
+            decisions.append(Decision("claimify_omitted", "no_predicate", draft.char_start, draft.char_end,
+                                      draft.claim_text[:200]))
+            continue
+        since = _SINCE_THEN_RE.search(draft.claim_text)
+        until = _UNTIL_THEN_RE.search(draft.claim_text) if since is None else None
+        if until is not None and draft.valid_precision == "unknown" and last_event is not None \
+                and last_event.valid_from is not None:
+            # "Until then the team was led by Sara": it held up to the event just told (exclusive)
+            day = last_event.valid_from.date()
+            word = "Until" if until.group()[0].isupper() else "until"
+            text = draft.claim_text[:until.start()] + f"{word} {timeparse.render_day(day)}" + \
+                draft.claim_text[until.end():]
+            decisions.append(Decision("decontext_edit", "date_resolved", draft.char_start, draft.char_end,
+                                      f"{until.group()} -> {timeparse.render_day(day)} (the event just told)"))
+            draft = ClaimDraft(text, draft.source_span, draft.char_start, draft.char_end,
+                               (*draft.evidence_spans, EvidenceSpan(last_event.char_start, last_event.char_end)),
+                               draft.is_attributed, draft.attributed_to, _added_words(text, draft.source_span),
+                               "dynamic", None, last_event.valid_from - timedelta(days=1), "day", "effective_period",
+                               draft.kept_flagged)
+            kept.append(draft)
+            continue
+        if since is not None and draft.valid_precision == "unknown":
+            if last_event is not None and last_event.valid_from is not None:
+                day = last_event.valid_from.date()
+                word = "Since" if since.group()[0].isupper() else "since"
+                text = draft.claim_text[:since.start()] + f"{word} {timeparse.render_day(day)}" + \
+                    draft.claim_text[since.end():]
+                spans = (*draft.evidence_spans, EvidenceSpan(last_event.char_start, last_event.char_end))
+                decisions.append(Decision("decontext_edit", "date_resolved", draft.char_start, draft.char_end,
+                                          f"{since.group()} -> {timeparse.render_day(day)} (the event just told)"))
+                draft = ClaimDraft(text, draft.source_span, draft.char_start, draft.char_end, spans,
+                                   draft.is_attributed, draft.attributed_to, _added_words(text, draft.source_span),
+                                   "dynamic", last_event.valid_from, None, "open", "effective_period",
+                                   draft.kept_flagged)
+            else:
+                decisions.append(Decision("selection_keep_flagged", "unresolved_date", draft.char_start,
+                                          draft.char_end, since.group()))
+                draft = ClaimDraft(draft.claim_text, draft.source_span, draft.char_start, draft.char_end,
+                                   draft.evidence_spans, draft.is_attributed, draft.attributed_to,
+                                   draft.added_context, draft.temporal_class, None, None, "unknown", None, True)
+        if draft.valid_precision != "unknown" and _POSSESSIVE_DATE_RE.search(draft.claim_text):
+            # "yesterday's note", "last week's incident": the date names a thing, not the statement's time
+            draft = ClaimDraft(draft.claim_text, draft.source_span, draft.char_start, draft.char_end,
+                               draft.evidence_spans, draft.is_attributed, draft.attributed_to, draft.added_context,
+                               draft.temporal_class, None, None, "unknown", None, draft.kept_flagged)
+        if draft.valid_from is not None and draft.valid_precision in ("day", "month", "instant", "open"):
+            last_event = draft
+        kept.append(draft)
+    return kept, decisions
+
+
 # --------------------------------------------------------------------------- word lists
 
 _FUNCTION_WORDS = frozenset("""
@@ -196,10 +295,14 @@ _LIST_RE = re.compile(r"^(\s*)(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
 _QUOTE_RE = re.compile(r"^\s*>\s?")
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
-    r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks)\s*[,!]\s+(?=\S)",
+    r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
+    r"|btw|by the way|fyi|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
 
+# chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)\s*[.,!:]?"
+                             r"\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
 _BOILERPLATE_RE = re.compile(
     r"^\s*(?:copyright\b|©|all rights reserved|see also\b|references\s*$|further reading|https?://\S+\s*$)",
@@ -314,7 +417,7 @@ _DEFINITE_NP_RE = re.compile(
 )
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
-    r"(?<![\w'’])(I['’](?:m|ve|ll|d)|I|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
+    r"(?<![\w'’])([Ii]['’](?:m|ve|ll|d)|I|i(?=\s)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
     r"|[Oo]urs|[Oo]urselves|[Hh]e['’](?:s|ll|d)|[Hh]e|[Hh]im|[Hh]is|[Hh]imself|[Ss]he['’](?:s|ll|d)|[Ss]he|[Hh]er"
     r"|[Hh]ers|[Hh]erself|[Ii]t['’]s|[Ii]t|[Ii]ts|[Ii]tself|[Tt]hey['’](?:re|ve|ll|d)|[Tt]hey|[Tt]hem|[Tt]heir"
     r"|[Tt]heirs|[Tt]hemselves|[Yy]ou['’](?:re|ve|ll|d)|[Yy]ou|[Yy]our|[Yy]ours|[Yy]ourself)(?![\w'’])"
@@ -583,7 +686,13 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
         word_start -= 1
     word = document[word_start:index + 1].lstrip("(\"'“‘*_")
     if word.lower() in _ABBREVIATIONS:
-        return False
+        # "… works for Acme Corp.⏎He is …": notes are written a line a sentence, so an
+        # abbreviation at a line's end closes the sentence (a title before a name does not)
+        k = index + 1
+        while k < len(document) and document[k].isspace() and document[k] != "\n":
+            k += 1
+        at_line_end = k < len(document) and document[k] == "\n"
+        return at_line_end and word.lower() not in ("dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "mt.")
     if re.fullmatch(r"[A-Z]\.", word):
         return False  # an initial: "Ravi S. owns ..."
     return re.fullmatch(r"(?:[A-Za-z]\.){2,}", word) is None
@@ -738,19 +847,26 @@ class _Context:
     title_span: tuple[int, int] | None
     drafts: list[ClaimDraft] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    # "Dana said that …" written into a turn's claim text (the regex extractor's form); without
+    # it a turn's claims carry their speaker in the attribution fields only.
+    speaker_prefix: bool = True
+    # an unresolvable "we" (no participant list) stays "we" instead of omitting the statement
+    keep_unresolved_we: bool = False
 
     def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
         self.decisions.append(Decision(kind, reason, start, end, detail))
 
 
-def extract_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
+def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
+                   keep_unresolved_we: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
     """Run the rules provider on one passage (synchronous core of :class:`RulesClaimProvider`)."""
     model = _parse_document(item.document)
     title = item.title
     title_span: tuple[int, int] | None = None
     if model.first_heading is not None and (title is None or title.strip() == model.first_heading[0].strip()):
         title, title_span = model.first_heading
-    ctx = _Context(item, model, title, title_span)
+    ctx = _Context(item, model, title, title_span, speaker_prefix=speaker_prefix,
+                   keep_unresolved_we=keep_unresolved_we)
     passage_start = max(0, item.passage.char_start)
     passage_end = min(len(item.document), item.passage.char_end)
     for start, end in model.meta_spans:
@@ -768,11 +884,25 @@ def extract_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decisi
     return ctx.drafts, ctx.decisions
 
 
+_MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
+
+
+def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
+    """"the Q3 marketing budget", "our 2026 roadmap": a date naming a thing, not the time of
+    the statement (no preposition, a determiner before it and a noun after it)."""
+    if expression.deictic or expression.edit_start != expression.start:
+        return False
+    after = text[expression.end:expression.end + 30].lstrip()
+    return bool(_MODIFIER_BEFORE_RE.search(text[:expression.start])) and after[:1].islower()
+
+
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     document = ctx.model.text
     start, end = sentence.start, sentence.end
-    interjection = _INTERJECTION_RE.match(document[start:end])
-    if interjection and end - (start + interjection.end()) > 0:
+    for _ in range(3):  # "ok. btw Wen joined …": each leading interjection
+        interjection = _INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+        if not interjection or end - (start + interjection.end()) <= 0:
+            break
         start += interjection.end()
     text = _normalise_space(_clean_markdown(document[start:end]))
     in_turn = sentence.unit.speaker is not None
@@ -837,6 +967,8 @@ def _has_anchor(ctx: _Context, statement: str, in_turn: bool) -> bool:
                 "them", "i'm", "we're", "he's", "she's", "it's", "i'll", "we'll", "i've", "we've"}
     if any(w in pronouns for w in lowered):
         return True
+    if in_turn and any(w in ("you", "your", "you're", "you've", "you'll") for w in lowered):
+        return True  # "you" in a turn is the other party
     specific = {"the", "this", "that", "these", "those", "my", "our", "your", "his", "her", "its", "their"}
     return any(w in specific for w in lowered[:3])
 
@@ -1010,6 +1142,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     # 3. dates
     anchor, anchor_span = _anchor_for(ctx, sentence)
     expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor)]
+    if not ctx.speaker_prefix:
+        expressions = [e for e in expressions if not _date_as_modifier(document[part.start:part.end], e)]
     chosen = None
     resolved = [e for e in expressions if e.resolved]
     if resolved:
@@ -1056,7 +1190,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     if unit.speaker is not None:
         is_attributed = True
         own_statement = attribution is not None and attribution.holder_text == "I"
-        if not own_statement:
+        if not own_statement and ctx.speaker_prefix:
             content = f"{unit.speaker} said that {_decapitalise(content)}"
             ctx.decide("decontext_edit", "speaker_attributed", part.start, part.end,
                        f"turn by {unit.speaker}")
@@ -1209,6 +1343,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
         elif base in ("we", "us", "our", "ours", "ourselves"):
             group = ctx.model.participants
             if len(group) < 2:
+                if ctx.keep_unresolved_we and base in ("we", "our", "us", "ours"):
+                    continue
                 return word
             names = _join_names(group)
             replacement = _contracted(names, lowered, next_word, possessive=base in ("our", "ours"), plural=True)
@@ -1233,9 +1369,45 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             noun, span = antecedent
             replacement = _contracted(noun, lowered, next_word, possessive=base == "its")
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {noun}", (span,)))
+        elif base in ("you", "your", "yours", "yourself") and not ctx.speaker_prefix:
+            other = _other_party(ctx, sentence)
+            if other is None and base == "your" and ctx.keep_unresolved_we:
+                continue  # "your renewal date" in a letter: the reader's, kept as written
+            if other is None:
+                return word
+            replacement = _contracted(other, lowered, next_word, possessive=base in ("your", "yours"))
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {other}",
+                               (ctx.model.participants_span,) if ctx.model.participants_span else ()))
+            if lowered == "you":
+                edits.extend(_agreement_edit(document, end, part.end) or _conjugation_edit(document, end, part.end))
         else:
             return word
     return edits
+
+
+def _other_party(ctx: _Context, sentence: _Sentence) -> str | None:
+    """"you" in a two-person chat: the party who is not speaking."""
+    speaker = sentence.unit.speaker
+    if speaker is None:
+        return None
+    parties = {p.split()[0]: p for p in ctx.model.participants}
+    for other in ctx.model.sentences:
+        if other.unit.speaker:
+            parties.setdefault(other.unit.speaker.split()[0], other.unit.speaker)
+    parties.pop(speaker.split()[0], None)
+    return next(iter(parties.values())) if len(parties) == 1 else None
+
+
+_YOU_VERBS = {"are": "is", "were": "was", "have": "has", "aren't": "isn't", "weren't": "wasn't", "haven't": "hasn't"}
+
+
+def _agreement_edit(document: str, after: int, limit: int) -> list[_Edit]:
+    match = _TOKEN_RE.search(document, after, limit)
+    if match is None or match.group().lower() not in _YOU_VERBS:
+        return []
+    word = match.group()
+    return [_Edit(match.start(), match.end(), _YOU_VERBS[word.lower()], "pronoun_resolved", f"{word} -> "
+                  f"{_YOU_VERBS[word.lower()]}")]
 
 
 def _resolve_subject_pronoun(ctx: _Context, sentence: _Sentence,
@@ -1339,11 +1511,18 @@ def _definite_nps(document: str, start: int, end: int) -> list[tuple[str, tuple[
     return found
 
 
+# Heads that name a person's role: "it" never refers to them ("the owner of the checklist … owns it").
+_ROLE_HEADS = frozenset("""owner owners lead leads leader head manager director chair sponsor maintainer engineer
+engineers member members person people team""".split())
+
+
 def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tuple[str, tuple[int, int]] | None:
-    candidates = _definite_nps(ctx.model.text, sentence.start, position)
+    candidates = [c for c in _definite_nps(ctx.model.text, sentence.start, position)
+                  if c[0].split()[-1] not in _ROLE_HEADS]
     if not candidates and sentence.index > 0:
         previous = ctx.model.sentences[sentence.index - 1]
-        candidates = _definite_nps(ctx.model.text, previous.start, previous.end)
+        candidates = [c for c in _definite_nps(ctx.model.text, previous.start, previous.end)
+                      if c[0].split()[-1] not in _ROLE_HEADS]
     distinct = {text for text, _ in candidates}
     if len(distinct) != 1:
         return None
@@ -1358,8 +1537,13 @@ def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> 
     counts: dict[str, int] = {}
     for word in title_words:
         counts[word.lower()] = counts.get(word.lower(), 0) + 1
+    # words across a colon, comma or dash do not modify each other ("Incident review: checkout outage")
+    segment_of = [len(re.findall(r"[:;,|()—–]|\s-\s", ctx.title[:m.start()]))
+                  for m in _TOKEN_RE.finditer(ctx.title)]
     for index, word in enumerate(title_words[1:], start=1):
         previous = title_words[index - 1]
+        if len(segment_of) == len(title_words) and segment_of[index] != segment_of[index - 1]:
+            continue
         if not word.isalpha() or not previous.isalpha() or counts[word.lower()] != 1:
             continue
         if previous.lower() in _FUNCTION_WORDS or previous in _MONTH_WORDS or previous in ctx.model.known_names:

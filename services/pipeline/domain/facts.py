@@ -23,9 +23,16 @@ CORE_PREDICATES = (
 WORK_PACK = ("blocks", "depends_on", "concerns", "decided_by", "assigned_to", "pursues")
 _OTHER = re.compile(r"^other:[a-z][a-z0-9_]{1,40}$")
 
-# One leader, one manager at a time: a new holder succeeds the old one.
-INVERSE_FUNCTIONAL = frozenset({"other:leads", "other:owns"})
-FUNCTIONAL = frozenset({"reports_to"})
+# The state model: which governed predicates are functional, and on which side. "object":
+# one holder per object at a time (one leader of a project, one owner of a system);
+# "subject": one value per subject (one manager of a person, one host of a system). An
+# incoming fact of a functional predicate closes the previous holder's window at its start.
+FUNCTIONAL_SIDE: dict[str, str] = {
+    "other:leads": "object", "other:owns": "object", "other:sponsors": "object",
+    "reports_to": "subject", "located_in": "subject",
+}
+INVERSE_FUNCTIONAL = frozenset(p for p, side in FUNCTIONAL_SIDE.items() if side == "object")
+FUNCTIONAL = frozenset(p for p, side in FUNCTIONAL_SIDE.items() if side == "subject")
 
 
 def valid_predicate(predicate: str) -> bool:
@@ -253,6 +260,235 @@ class RulesRelationProvider:
         return out
 
 
+class ParseRelationProvider:
+    """The default offline normaliser: each claim is read from its English parse
+    (:mod:`services.pipeline.domain.reading`) onto the governed vocabulary. Relations get
+    their change kind (succession, end, negation, correction) and "from A to B"; attribute
+    values become canonical observations ("Q3 marketing budget: 90,000 EUR") that supersede
+    their predecessors; questions, hypotheticals and opinions make no fact; a turn's claims
+    are the speaker's testimony (their attribution stays on the claim)."""
+
+    name = "rules"
+    version = "parse-normalizer/1"
+
+    async def normalize(self, claims: Sequence[ClaimView], known_aliases: frozenset[str]
+                        ) -> list[tuple[list[AssertionDraft], str | None]]:
+        from services.pipeline.domain import nlp, reading
+
+        nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
+        aliases = set(known_aliases)
+        out = []
+        for claim in claims:
+            drafts, reason = read_claim(claim, frozenset(aliases))
+            drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+            for draft in drafts:
+                aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
+                if draft.features.get("attribute"):  # "the new deadline" can refer back to it
+                    aliases.add(normalize_name(str(draft.features["attribute"])))
+            aliases.update(_attributes_named(claim.claim_text, aliases))
+            out.append((drafts, None if drafts else (reason or "unknown_predicate")))
+        return out
+
+
+_CHANGE = {"none": "none", "succession": "succession", "correction": "correction", "negation": "negation",
+           "end": "negation"}
+
+
+def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) -> tuple[list[AssertionDraft],
+                                                                                       str | None]:
+    """A claim's assertions from its parse, or ([], reason)."""
+    from services.pipeline.domain import reading
+
+    text = claim.claim_text.strip()
+    readings = reading.read(text)
+    holder = clean_surface(claim.attributed_to) if claim.is_attributed and claim.attributed_to else None
+    reported = next((r for r in readings if r.kind == "reported"), None)
+    if holder is None and reported is not None and reported.subject:
+        holder = clean_surface(reported.subject)  # "Dana told the team that …": Dana's stance
+        if is_entity_name(holder):
+            return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
+        holder = None
+    if holder is not None and reported is not None:
+        if not is_entity_name(holder):
+            return [], "no_entity"
+        return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
+    drafts: list[AssertionDraft] = []
+    reason: str | None = None
+    structured = [r for r in readings if r.kind in ("relation", "attribute")]
+    # structured readings first; a clause read only as a statement is the claim's observation
+    # when nothing structured came out of it
+    for r in [*structured, *[r for r in readings if r.kind not in ("relation", "attribute")]]:
+        extra: dict[str, object] = {"attributed_to": holder} if holder else {}
+        if r.hedged:
+            extra["hedged"] = True
+        if r.kind == "nonfact":
+            if holder is not None and r.mood == "opinion" and is_entity_name(holder):
+                drafts.append(AssertionDraft("observation", holder, statement=text,
+                                             features={"stance_of": holder, "mood": r.mood}))
+            reason = reason or f"not_a_fact:{r.mood}"
+            continue
+        if r.kind == "reported":
+            reason = reason or "reported_speech"
+            continue
+        if r.kind in ("relation", "attribute") and r.change == "succession" and not r.features.get("schedule") \
+                and _in_future(claim, text):
+            r = reading.Reading("plan", subject=r.subject, mood="plan", label=r.label)  # a move not made yet
+        if r.kind == "relation":
+            subject = _bare_reference(clean_surface(r.subject or ""), known_aliases)
+            obj = _bare_reference(clean_surface(r.object or ""), known_aliases)
+            if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
+                features = dict(extra)
+                if r.change == "end":
+                    features["ends"] = True
+                if r.previous_holder:
+                    features["previous_holder"] = r.previous_holder
+                previous = clean_surface(r.previous) if r.previous else None
+                previous = previous if previous and is_entity_name(previous) else None
+                if previous is not None and r.change == "succession" and normalize_name(previous) != normalize_name(
+                        obj):
+                    # "from Frankfurt to Dublin": it was in Frankfurt until then
+                    drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=previous,
+                                                 features={**extra, "until_claim": True}))
+                drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=obj,
+                                             change_kind=_CHANGE[r.change], previous_object=previous,
+                                             features=features))
+                continue
+        if r.kind == "attribute" and r.attribute and r.value:
+            attribute, renewed = _attribute_reference(r.attribute, known_aliases)
+            if renewed and r.change == "none":
+                r = reading.Reading(**{**r.__dict__, "change": "succession"})
+            if attribute != r.attribute:
+                r = reading.Reading(**{**r.__dict__, "attribute": attribute,
+                                       "label": f"{attribute}: {r.value}"})
+            anchor = _attribute_anchor(attribute, known_aliases)
+            if anchor is not None:
+                change = _CHANGE[r.change]
+                previous_value = None
+                if r.previous and r.features.get("schedule"):
+                    change, previous_value = "correction", r.previous
+                # a value measured over a period ("fell to 0.4 percent in June") holds for that period
+                state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
+                if state and r.previous and change == "succession":
+                    # "lowered the training budget from 40,000 EUR to 25,000 EUR": 40,000 until then
+                    drafts.append(AssertionDraft(
+                        "observation", anchor, statement=f"{attribute}: {r.previous}",
+                        features={**extra, "attribute": attribute, "value": r.previous, "until_claim": True}))
+                drafts.append(AssertionDraft(
+                    "observation", anchor, statement=r.label, change_kind=change, previous_value=previous_value,
+                    features={**extra, "attribute": r.attribute, "value": r.value, "state": state}))
+                continue
+        if r.kind == "nonfact":
+            continue
+        if r.kind == "statement" and any(d.kind == "relation" or d.features.get("attribute") for d in drafts):
+            continue
+        if r.kind == "statement" and r.subject:
+            resolved = _bare_reference(clean_surface(r.subject), known_aliases)
+            if resolved != clean_surface(r.subject):
+                known_aliases = known_aliases | {normalize_name(resolved)}
+        if not _has_predicate(text):
+            reason = reason or "no_predicate"
+            continue
+        anchor = _observation_anchor(text, known_aliases)
+        if anchor is None:
+            reason = reason or "no_entity"
+            continue
+        features = dict(extra)
+        if r.kind == "plan":
+            features["kind"] = "plan"
+        change = _CHANGE[r.change]
+        drafts.append(AssertionDraft("observation", anchor, statement=text,
+                                     change_kind="negation" if change == "negation" else _change_kind(text)
+                                     if r.kind != "plan" else "none", features=features))
+        break  # one observation per claim: its text is the statement
+    return drafts, (None if drafts else reason)
+
+
+_FORWARD = re.compile(r"\b(?:next|coming|upcoming)\s+(?:week|sprint|month|quarter|year|release|cycle)\b"
+                      r"|\bsoon\b|\blater this\b", re.IGNORECASE)
+
+
+def _in_future(claim: ClaimView, text: str) -> bool:
+    """A transition said with "next sprint", or dated vaguely after it was said ("moves to the
+    new portal in June"): a plan, not a state. An announced day ("takes over as head of sales
+    on 1 July") is a scheduled state with a window that starts then."""
+    later = claim.valid_from is not None and claim.asserted_at is not None and \
+        claim.valid_from.date() > claim.asserted_at.date()
+    if later and claim.valid_precision not in ("day", "instant", "open"):
+        return True
+    return bool(_FORWARD.search(text))
+
+
+# Nouns that name an attribute of the thing before them ("the migration deadline").
+_ATTRIBUTE_HEADS = frozenset("""deadline date budget cost costs price fee target status launch cutover size headcount
+rate count release kickoff start end name owner version score""".split())
+_RENEWAL_WORDS = frozenset("new revised updated latest current final adjusted".split())
+
+
+def _attributes_named(text: str, aliases: set[str]) -> set[str]:
+    """"<known name> <attribute noun>" said in a claim ("the data warehouse migration deadline
+    was pushed back"): attribute names a later "the new deadline" may refer to."""
+    folded = normalize_name(text)
+    found = set()
+    for head in _ATTRIBUTE_HEADS:
+        if f" {head}" not in f" {folded}":
+            continue
+        for alias in aliases:
+            if alias and f"{alias} {head}" in folded:
+                found.add(f"{alias} {head}")
+    return found
+
+
+def _attribute_reference(attribute: str, known_aliases: frozenset[str]) -> tuple[str, bool]:
+    """"the new deadline" after "the data warehouse migration deadline": that attribute, and
+    whether the words say it replaces the old value."""
+    words = attribute.split()
+    renewed = bool(words) and words[0].lower() in _RENEWAL_WORDS
+    rest = " ".join(words[1:]) if renewed else attribute
+    if len(rest.split()) == 1 and rest[:1].islower():
+        matches = {alias for alias in known_aliases if len(alias.split()) > 1 and alias.split()[-1] == rest.lower()}
+        if len(matches) == 1:
+            return next(iter(matches)), renewed
+    return attribute, renewed and rest != attribute
+
+
+def _bare_reference(surface: str, known_aliases: frozenset[str]) -> str:
+    """"the service" after "the feature flag service": the one known name with that head."""
+    key = normalize_name(surface)
+    if not key or " " in key or surface[:1].isupper() and key not in BARE_HEAD_NOUNS:
+        return surface
+    matches = {alias for alias in known_aliases if alias != key and len(alias.split()) > 1
+               and (alias.split()[-1] == key or (alias.split()[0] == key and len(alias.split()) == 2))}
+    return next(iter(matches)) if len(matches) == 1 else surface
+
+
+def _has_predicate(text: str) -> bool:
+    from services.pipeline.domain import nlp, reading
+    from services.pipeline.domain.claims import _is_fragment
+
+    return not _is_fragment(nlp.parse(reading.prepared(text)))
+
+
+def _attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | None:
+    """The entity an attribute belongs to: the longest known name inside it ("billing
+    migration" in "billing migration launch"), else the attribute's own noun phrase."""
+    folded = normalize_name(attribute)
+    best = None
+    for alias in known_aliases:
+        if alias and alias != folded and re.search(rf"(?:^|\s){re.escape(alias)}(?:\s|$)", folded):
+            if is_entity_name(alias) and (best is None or len(alias) > len(best)):
+                best = alias
+    if best is not None:
+        return best
+    surface = clean_surface(attribute)
+    words = surface.split()
+    if len(words) > 2 and words[-1].lower() in _ATTRIBUTE_HEADS and is_entity_name(" ".join(words[:-1])):
+        return " ".join(words[:-1])  # "data warehouse migration deadline": the migration's deadline
+    if is_entity_name(surface):
+        return surface
+    head = clean_surface(re.split(r"\s+(?:for|of|in|during)\s+", attribute, maxsplit=1)[0])
+    return head if is_entity_name(head) else None  # "storage budget for Q4 2026": the storage budget
+
+
 def _observation_anchor(text: str, known_aliases: frozenset[str]) -> str | None:
     folded = normalize_name(text)
     best = None
@@ -337,6 +573,20 @@ def _floor(value: dt.datetime, precision: str) -> dt.datetime:
     return value
 
 
+def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
+    """The world window an assertion starts with: the claim's stated window; a succession's
+    new state goes on from the event; a predecessor named in the same claim ("from
+    Frankfurt to Dublin on 20 February") held until the event."""
+    window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
+    if draft.features.get("until_claim"):
+        if window.valid_from is None:
+            return UNKNOWN
+        return Window(None, window.valid_from, "day" if window.precision in ("open", "unknown") else window.precision)
+    if draft.kind == "relation" or draft.features.get("state"):
+        window = state_window(window, draft.change_kind)
+    return window
+
+
 def state_window(claim_window: Window, change_kind: str) -> Window:
     """A succession's new state starts at the event and goes on ("moved to X on 1 June")."""
     if change_kind == "succession" and claim_window.valid_from is not None:
@@ -354,9 +604,16 @@ def relation_label(subject: str, predicate: str, obj: str) -> str:
     return f"{subject} {phrase} {obj}"
 
 
+_CANONICAL_ATTRIBUTE = re.compile(r"^(?P<name>[^:]{1,200}):\s+\S")
+
+
 def attribute_key(statement: str, subject_key: str) -> frozenset[str]:
     """What an observation is about, without its value: content words minus the subject,
-    dates, numbers and value verbs ("cutover", "launch")."""
+    dates, numbers and value verbs ("cutover", "launch"). A canonical attribute statement
+    ("Q3 marketing budget: 90,000 EUR") is about exactly its named attribute."""
+    canonical = _CANONICAL_ATTRIBUTE.match(statement or "")
+    if canonical and " " not in canonical.group("name").strip()[-1:]:
+        return frozenset({"attribute=" + normalize_name(canonical.group("name"))})
     subject_words = set(subject_key.split())
     words = {w for w in re.findall(r"[a-z][a-z'-]+", fold(statement).lower())
              if w not in _VALUE_WORDS and w not in _DATE_WORDS and len(w) > 2}

@@ -40,6 +40,7 @@ __all__ = [
     "normalize_title",
     "normalized_hash",
     "parse_blocks",
+    "retrieval_text",
     "reuse_plan",
     "title_role",
 ]
@@ -732,10 +733,18 @@ def chunk(
         if start == end and blocks[start].kind == "heading" and sec.index in first_child:
             continue
         header = _location_header(sec, sections)
+        turns = [k for k in range(start, end + 1) if blocks[k].kind == "speaker_turn"]
         run_start = start
         while run_start <= end:
             # A heading always takes the next block with it.
             least = run_start + 1 if blocks[run_start].kind == "heading" and run_start < end else run_start
+            # In a conversation the blocks before a turn (the title, the participants
+            # line) travel with the next turn: a chunk is never a header alone, whatever
+            # the content-defined cut points say.
+            if blocks[run_start].kind != "speaker_turn":
+                following = next((k for k in turns if k >= run_start), None)
+                if following is not None:
+                    least = max(least, following)
             run_end = _longest_fit(partial(tokens_of, run_start), least, end, token_budget)
             run_end = _natural_cut(blocks, least, run_end)
             emit(sec, header, run_start, run_end)
@@ -810,3 +819,38 @@ def reuse_plan(old_chunks: Sequence[tuple[str, str]], new_chunks: Sequence[Chunk
         queue = candidates.get(chunk_.content_hash)
         plan.append(queue.popleft() if queue else None)
     return plan
+
+
+# --------------------------------------------------------------------------- retrieval text
+
+
+def retrieval_text(text: str) -> str:
+    """What search indexes and embeds for a chunk: its text with the conversation scaffolding
+    thinned out, so that what was said decides a match, not who was present.
+
+    A ``[<turn-id> | <time>] Speaker: words`` turn becomes ``Speaker: words`` (the id and the
+    clock are anchors, not content: as tokens they only add noise), and ``Participants:``
+    lines are dropped (they name everyone in every session and would make each header match
+    any question naming a speaker). Any other block is kept as it is. The stored chunk text
+    and its offsets are untouched: this only shapes the search representation.
+    """
+    blocks = parse_blocks(text)
+    if not any(b.kind == "speaker_turn" for b in blocks):
+        return text
+    parts: list[str] = []
+    for block in blocks:
+        if block.kind == "speaker_turn":
+            m = _BRACKET_TURN_RE.match(block.text.split("\n", 1)[0])
+            if m is not None:
+                spoken = block.text[m.start("speaker"):]
+                parts.append(spoken)
+                continue
+        elif block.kind == "paragraph" and _participants(_line_of(block.text)):
+            continue
+        parts.append(block.text)
+    return "\n\n".join(parts)
+
+
+def _line_of(text: str) -> _Line:
+    first = text.split("\n", 1)[0]
+    return _Line(0, first, 0, len(first.rstrip()))

@@ -104,7 +104,8 @@ _P_VAGUE = re.compile(
 _P_WEEKDAY = re.compile(rf"(?<![\w])(?P<wd>{_WEEKDAY})(?![\w])")
 
 _PREPOSITION_RE = re.compile(
-    r"(?<![\w])(?P<p>as of|starting from|starting|since|from|between|until|till|through|during|before|after|by|on|in"
+    r"(?<![\w])(?P<p>as of|starting from|starting|effective from|effective|beginning|since|from|between|until|till"
+    r"|through|during|before|after|by|on|in"
     r"|at|of|to|and)\s+$",
     re.IGNORECASE,
 )
@@ -116,7 +117,7 @@ _RESCHEDULE_RE = re.compile(
 )
 _YEAR_PREPOSITIONS = frozenset({
     "in", "since", "from", "until", "till", "through", "by", "during", "of", "before", "after", "to", "and",
-    "between", "as of", "starting", "starting from",
+    "between", "as of", "starting", "starting from", "effective", "effective from", "beginning",
 })
 _MAY_PREPOSITIONS = _YEAR_PREPOSITIONS | {"early", "mid", "late", "on", "end of", "the end of"}
 
@@ -403,7 +404,8 @@ def _single(text: str, core: _Core, preposition: str | None, prep_start: int) ->
     valid_from: datetime | None = _midnight(core.first)
     valid_until: datetime | None = _midnight(core.last)
     kind = "event_time"
-    if preposition in ("since", "from", "as of", "starting", "starting from"):
+    if preposition in ("since", "from", "as of", "starting", "starting from", "effective", "effective from",
+                       "beginning"):
         valid_until, precision, kind = None, "open", "effective_period"
     elif preposition in ("until", "till", "through"):
         valid_from, kind = None, "effective_period"

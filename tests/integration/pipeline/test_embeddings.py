@@ -4,6 +4,7 @@ local HTTP server (fake_openai.py), and the packaged all-MiniLM-L6-v2 model when
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import socket
 import time
@@ -17,6 +18,7 @@ from services.platform.embeddings import (
     EmbeddingProvider,
     EmbeddingUnavailable,
     HashEmbeddings,
+    MiniLMEmbeddings,
     OpenAIEmbeddings,
     ProviderCall,
     SentenceTransformerEmbeddings,
@@ -283,3 +285,41 @@ async def test_sentence_transformers_similar_beats_unrelated(local_model: Senten
     assert cosine(a, b) > cosine(a, unrelated) + 0.3
     assert (await local_model.embed([SIMILAR[1]]))[0] == pytest.approx(b, abs=1e-5)  # order and batch independent
     assert (local_model.model_path() / "model.safetensors").is_file()  # unpacked from the package, not fetched
+
+
+# ------------------------------------------------------------------ minilm (the default)
+
+REFERENCE = json.loads((Path(__file__).resolve().parents[2] / "data" / "minilm_reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory: pytest.TempPathFactory) -> MiniLMEmbeddings:
+    return MiniLMEmbeddings(cache_dir=tmp_path_factory.mktemp("minilm"), batch_size=2)
+
+
+async def test_minilm_matches_sentence_transformers_without_torch(minilm: MiniLMEmbeddings) -> None:
+    # The reference vectors were computed by sentence-transformers over torch; the NumPy
+    # encoder must give the same model (same name, so a space can switch runtimes freely).
+    assert minilm.model == SentenceTransformerEmbeddings.model and minilm.dimension == 384
+    await minilm.warm_up()
+    got = await minilm.embed(REFERENCE["texts"])  # includes emoji, German and a text past 256 tokens
+    for vector, expected in zip(got, REFERENCE["vectors"], strict=True):
+        assert norm(vector) == pytest.approx(1.0, abs=1e-5)
+        assert cosine(vector, expected) > 0.99999
+    assert (await minilm.embed([REFERENCE["texts"][1]]))[0] == pytest.approx(got[1], abs=1e-5)  # batch independent
+    assert await minilm.embed([]) == []
+
+
+async def test_minilm_knows_meaning_that_words_do_not_share(minilm: MiniLMEmbeddings) -> None:
+    a, b, unrelated = await minilm.embed([*SIMILAR, UNRELATED])
+    assert cosine(a, b) > cosine(a, unrelated) + 0.3
+    car, automobile, banana = await minilm.embed(["I bought a new car.", "She purchased an automobile.",
+                                                  "Bananas are rich in potassium."])
+    assert cosine(car, automobile) > cosine(car, banana) + 0.3  # no word in common, still close
+
+
+def test_minilm_is_the_default_provider() -> None:
+    from services.platform.embeddings import provider_from_settings
+    from services.platform.settings import Settings
+
+    assert isinstance(provider_from_settings(Settings()), MiniLMEmbeddings)

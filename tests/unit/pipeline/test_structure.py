@@ -19,6 +19,7 @@ from services.pipeline.domain.structure import (
     normalize_title,
     normalized_hash,
     parse_blocks,
+    retrieval_text,
     reuse_plan,
 )
 
@@ -374,7 +375,11 @@ def test_offsets_sections_and_chunks_hold_over_generated_documents() -> None:
             assert c.token_count == default_token_count(c.text)
             assert c.oversize == (c.token_count > budget)
             if c.oversize:
-                assert len([k for k in range(c.block_start, c.block_end + 1) if blocks[k].kind != "heading"]) <= 1
+                # One block, with the heading and (in a conversation) the header lines before
+                # its first turn travelling with it.
+                carried = [k for k in range(c.block_start, c.block_end + 1) if blocks[k].kind != "heading"]
+                assert len(carried) <= 1 or (blocks[carried[-1]].kind == "speaker_turn" and all(
+                    blocks[k].kind != "speaker_turn" for k in carried[:-1]))
             assert {_innermost_section(sections, k) for k in range(c.block_start, c.block_end + 1)} == {c.section_index}
             if c.block_start == c.block_end and blocks[c.block_start].kind == "heading":
                 assert sections[c.section_index].block_end == c.block_start  # a heading alone: empty section
@@ -454,3 +459,34 @@ def test_invalid_budget_is_refused() -> None:
     blocks = parse_blocks(STANDUP)
     with pytest.raises(ValueError, match="token_budget"):
         chunk(blocks, build_sections(blocks, STANDUP), token_budget=0)
+
+
+def _session(title: str, names: tuple[str, str], turns: int) -> str:
+    lines = [f"# {title}", "", f"Participants: {names[0]}, {names[1]}"]
+    for n in range(1, turns + 1):
+        lines += ["", f"[s1-{n} | 2026-03-0{1 + n % 9}T10:{n:02d}:00Z] {names[n % 2]}: line {n} about topic {n * 7}."]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_conversation_header_never_becomes_a_chunk_of_its_own() -> None:
+    # Content-defined cut points fall on identical header text in a quarter of all sessions;
+    # over many titles, some participants lines are such cut points. None may end a chunk.
+    names = ["Melanie", "Caroline", "Jon", "Gina", "Priya", "Tom", "Aiko", "Dev", "Lucia", "Sam"]
+    for i in range(80):
+        pair = (names[i % len(names)], names[(i * 3 + 1) % len(names)])
+        markdown = _session(f"Session {i} catch-up", pair, 3 + i % 5)
+        blocks = parse_blocks(markdown)
+        chunks = chunk(blocks, build_sections(blocks, markdown), markdown=markdown, token_budget=60)
+        for c in chunks:
+            assert any(blocks[k].kind == "speaker_turn" for k in range(c.block_start, c.block_end + 1)), c.text
+        assert chunks[0].block_start == 0  # the header is still covered, by the first turn's chunk
+
+
+def test_retrieval_text_keeps_what_was_said_and_drops_the_scaffolding() -> None:
+    markdown = _session("Bakery chat", ("Grace", "Mateo"), 2)
+    text = retrieval_text(markdown)
+    assert "Participants" not in text and "s1-1" not in text and "2026" not in text
+    assert "Mateo: line 1 about topic 7." in text and "Grace: line 2 about topic 14." in text
+    assert text.startswith("# Bakery chat")
+    plain = "# Notes\n\nRavi owns the invoice exporter.\n"
+    assert retrieval_text(plain) == plain  # documents that are not conversations are untouched

@@ -1804,3 +1804,277 @@ class RunSavedQueryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunSavedQueryResponse: _TypeAlias = RunSavedQueryResponse  # noqa: Y015
+
+@_typing.final
+class ExportSqlRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    Operator export and authoring (no HTTP routes)
+    ---------------------------------------------------------------------------
+
+    ExportSqlRequest: one statement for the analytical tier.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SQL_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    MAX_ROWS_FIELD_NUMBER: _builtins.int
+    sql: _builtins.str
+    """The statement. Required; <= 65,536 bytes."""
+    max_rows: _builtins.int
+    """Default 10,000; >= 0; clamped to 10,000."""
+    @_builtins.property
+    def parameters(self) -> _containers.RepeatedCompositeFieldContainer[_struct_pb2.Value]:
+        """Bound to $1..$n; <= 256 parameters and 1,048,576 encoded bytes."""
+
+    def __init__(
+        self,
+        *,
+        sql: _builtins.str = ...,
+        parameters: _abc.Iterable[_struct_pb2.Value] | None = ...,
+        max_rows: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_rows", b"_max_rows", "max_rows", b"max_rows"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_rows", b"_max_rows", "max_rows", b"max_rows", "parameters", b"parameters", "sql", b"sql"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_rows: _TypeAlias = _typing.Literal["max_rows"]  # noqa: Y015
+    _WhichOneofArgType__max_rows: _TypeAlias = _typing.Literal["_max_rows", b"_max_rows"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_rows) -> _WhichOneofReturnType__max_rows | None: ...
+
+Global___ExportSqlRequest: _TypeAlias = ExportSqlRequest  # noqa: Y015
+
+@_typing.final
+class ExportRowBatch(_message.Message):
+    """ExportRowBatch: consecutive rows of an export, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[_struct_pb2.ListValue]:
+        """Rows as JSON arrays in column order (the QueryResult cell encoding)."""
+
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[_struct_pb2.ListValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportRowBatch: _TypeAlias = ExportRowBatch  # noqa: Y015
+
+@_typing.final
+class ExportSqlResponse(_message.Message):
+    """ExportSqlResponse: one item of an export stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    TRAILER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___QueryResult:
+        """The result's identity and columns; no rows."""
+
+    @_builtins.property
+    def rows(self) -> Global___ExportRowBatch:
+        """Up to 1,000 rows."""
+
+    @_builtins.property
+    def trailer(self) -> Global___QueryResult:
+        """The complete result without rows (counts, truncation, outcome)."""
+
+    def __init__(
+        self,
+        *,
+        header: Global___QueryResult | None = ...,
+        rows: Global___ExportRowBatch | None = ...,
+        trailer: Global___QueryResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "item", b"item", "rows", b"rows", "trailer", b"trailer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "item", b"item", "rows", b"rows", "trailer", b"trailer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["header", "rows", "trailer"]  # noqa: Y015
+    _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
+
+Global___ExportSqlResponse: _TypeAlias = ExportSqlResponse  # noqa: Y015
+
+@_typing.final
+class CreateSavedQueryRequest(_message.Message):
+    """CreateSavedQueryRequest: a new draft version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SQL_FIELD_NUMBER: _builtins.int
+    AUTHOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    MAX_ROWS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """^[a-z][a-z0-9_]*$; not `examples`."""
+    name: _builtins.str
+    """^[a-z][a-z0-9_]*$."""
+    sql: _builtins.str
+    """The statement (positional $n parameters)."""
+    author_principal: _builtins.str
+    """Who wrote it (recorded; may not approve it)."""
+    description: _builtins.str
+    """Optional description."""
+    max_rows: _builtins.int
+    """Optional stored max_rows default (>= 0)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        sql: _builtins.str = ...,
+        author_principal: _builtins.str = ...,
+        description: _builtins.str | None = ...,
+        max_rows: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "_max_rows", b"_max_rows", "description", b"description", "max_rows", b"max_rows"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "_max_rows", b"_max_rows", "author_principal", b"author_principal", "description", b"description", "max_rows", b"max_rows", "name", b"name", "namespace", b"namespace", "sql", b"sql"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__description: _TypeAlias = _typing.Literal["description"]  # noqa: Y015
+    _WhichOneofArgType__description: _TypeAlias = _typing.Literal["_description", b"_description"]  # noqa: Y015
+    _WhichOneofReturnType__max_rows: _TypeAlias = _typing.Literal["max_rows"]  # noqa: Y015
+    _WhichOneofArgType__max_rows: _TypeAlias = _typing.Literal["_max_rows", b"_max_rows"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__description) -> _WhichOneofReturnType__description | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_rows) -> _WhichOneofReturnType__max_rows | None: ...
+
+Global___CreateSavedQueryRequest: _TypeAlias = CreateSavedQueryRequest  # noqa: Y015
+
+@_typing.final
+class CreateSavedQueryResponse(_message.Message):
+    """CreateSavedQueryResponse: the draft."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SAVED_QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def saved_query(self) -> Global___SavedQuerySummary:
+        """Status draft."""
+
+    def __init__(
+        self,
+        *,
+        saved_query: Global___SavedQuerySummary | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSavedQueryResponse: _TypeAlias = CreateSavedQueryResponse  # noqa: Y015
+
+@_typing.final
+class ApproveSavedQueryRequest(_message.Message):
+    """ApproveSavedQueryRequest: activate one version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    APPROVER_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    """The version's query_id (UUID)."""
+    approver_principal: _builtins.str
+    """Who approves (must differ from the author)."""
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+        approver_principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approver_principal", b"approver_principal", "query_id", b"query_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveSavedQueryRequest: _TypeAlias = ApproveSavedQueryRequest  # noqa: Y015
+
+@_typing.final
+class ApproveSavedQueryResponse(_message.Message):
+    """ApproveSavedQueryResponse: the activated version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SAVED_QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def saved_query(self) -> Global___SavedQuerySummary:
+        """Status active."""
+
+    def __init__(
+        self,
+        *,
+        saved_query: Global___SavedQuerySummary | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveSavedQueryResponse: _TypeAlias = ApproveSavedQueryResponse  # noqa: Y015
+
+@_typing.final
+class SetSavedQueryStatusRequest(_message.Message):
+    """SetSavedQueryStatusRequest: disable or deprecate one version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    """The version's query_id (UUID)."""
+    status: Global___SavedQueryStatus.ValueType
+    """SAVED_QUERY_STATUS_DISABLED or SAVED_QUERY_STATUS_DEPRECATED."""
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+        status: Global___SavedQueryStatus.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query_id", b"query_id", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSavedQueryStatusRequest: _TypeAlias = SetSavedQueryStatusRequest  # noqa: Y015
+
+@_typing.final
+class SetSavedQueryStatusResponse(_message.Message):
+    """SetSavedQueryStatusResponse: the changed version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SAVED_QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def saved_query(self) -> Global___SavedQuerySummary:
+        """With its new status."""
+
+    def __init__(
+        self,
+        *,
+        saved_query: Global___SavedQuerySummary | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["saved_query", b"saved_query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSavedQueryStatusResponse: _TypeAlias = SetSavedQueryStatusResponse  # noqa: Y015

@@ -91,6 +91,26 @@ class QuerySpaceServiceStub:
                 request_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryRequest.SerializeToString,
                 response_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryResponse.FromString,
                 _registered_method=True)
+        self.ExportSql = channel.unary_stream(
+                '/testament.queryspace.v1.QuerySpaceService/ExportSql',
+                request_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlRequest.SerializeToString,
+                response_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlResponse.FromString,
+                _registered_method=True)
+        self.CreateSavedQuery = channel.unary_unary(
+                '/testament.queryspace.v1.QuerySpaceService/CreateSavedQuery',
+                request_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryRequest.SerializeToString,
+                response_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryResponse.FromString,
+                _registered_method=True)
+        self.ApproveSavedQuery = channel.unary_unary(
+                '/testament.queryspace.v1.QuerySpaceService/ApproveSavedQuery',
+                request_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryRequest.SerializeToString,
+                response_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryResponse.FromString,
+                _registered_method=True)
+        self.SetSavedQueryStatus = channel.unary_unary(
+                '/testament.queryspace.v1.QuerySpaceService/SetSavedQueryStatus',
+                request_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusRequest.SerializeToString,
+                response_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusResponse.FromString,
+                _registered_method=True)
 
 
 class QuerySpaceServiceServicer:
@@ -197,6 +217,54 @@ class QuerySpaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportSql(self, request, context):
+        """Operator export (the analytical tier; no HTTP route, so the gateway does
+        not expose it). Needs `write` (the operator entitlement). Same validation
+        and admission as RunSql under the analytical limits (rows default and cap
+        10,000; bytes 67,108,864; statement timeout 60,000 ms; 1 concurrent per
+        caller, 4 per deployment). The stream sends one `header` (the result's
+        identity and columns, no rows), the rows in `rows` batches in order, then
+        one `trailer`: the complete QueryResult without rows (counts, truncation,
+        outcome). A rejected or failed statement sends only the trailer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSavedQuery(self, request, context):
+        """Adds a draft version of a saved query (the next version number), after the
+        statement guard admits its SQL. Needs `write`; no HTTP route (authoring
+        belongs to deployment tooling).
+        Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
+        SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
+        identifier (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveSavedQuery(self, request, context):
+        """Activates a draft or pending_revalidation version, recording the approver
+        and deprecating the active predecessor. The approver is never the author.
+        Needs `write`; no HTTP route.
+        Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 409
+        {code:"saved_query_disabled"} for the author approving, or a version in
+        another status; 409 {code:"saved_query_incompatible"} when the SQL no
+        longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSavedQueryStatus(self, request, context):
+        """Disables or deprecates one version. Needs `write`; no HTTP route.
+        Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
+        status (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuerySpaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +302,26 @@ def add_QuerySpaceServiceServicer_to_server(servicer, server):
                     servicer.RunSavedQuery,
                     request_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryRequest.FromString,
                     response_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryResponse.SerializeToString,
+            ),
+            'ExportSql': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportSql,
+                    request_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlRequest.FromString,
+                    response_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlResponse.SerializeToString,
+            ),
+            'CreateSavedQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSavedQuery,
+                    request_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryRequest.FromString,
+                    response_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryResponse.SerializeToString,
+            ),
+            'ApproveSavedQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveSavedQuery,
+                    request_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryRequest.FromString,
+                    response_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryResponse.SerializeToString,
+            ),
+            'SetSavedQueryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSavedQueryStatus,
+                    request_deserializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusRequest.FromString,
+                    response_serializer=testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -447,6 +535,114 @@ class QuerySpaceService:
             '/testament.queryspace.v1.QuerySpaceService/RunSavedQuery',
             testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryRequest.SerializeToString,
             testament_dot_queryspace_dot_v1_dot_queryspace__pb2.RunSavedQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportSql(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/testament.queryspace.v1.QuerySpaceService/ExportSql',
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlRequest.SerializeToString,
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ExportSqlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSavedQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.queryspace.v1.QuerySpaceService/CreateSavedQuery',
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryRequest.SerializeToString,
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.CreateSavedQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveSavedQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.queryspace.v1.QuerySpaceService/ApproveSavedQuery',
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryRequest.SerializeToString,
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.ApproveSavedQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSavedQueryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.queryspace.v1.QuerySpaceService/SetSavedQueryStatus',
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusRequest.SerializeToString,
+            testament_dot_queryspace_dot_v1_dot_queryspace__pb2.SetSavedQueryStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

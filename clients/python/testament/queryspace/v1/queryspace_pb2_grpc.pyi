@@ -106,6 +106,38 @@ class QuerySpaceServiceStub:
     validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
     registry is unreadable (INTERNAL).
     """
+    ExportSql: _grpc.UnaryStreamMultiCallable[_queryspace_pb2.ExportSqlRequest, _queryspace_pb2.ExportSqlResponse]
+    """Operator export (the analytical tier; no HTTP route, so the gateway does
+    not expose it). Needs `write` (the operator entitlement). Same validation
+    and admission as RunSql under the analytical limits (rows default and cap
+    10,000; bytes 67,108,864; statement timeout 60,000 ms; 1 concurrent per
+    caller, 4 per deployment). The stream sends one `header` (the result's
+    identity and columns, no rows), the rows in `rows` batches in order, then
+    one `trailer`: the complete QueryResult without rows (counts, truncation,
+    outcome). A rejected or failed statement sends only the trailer.
+    """
+    CreateSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.CreateSavedQueryRequest, _queryspace_pb2.CreateSavedQueryResponse]
+    """Adds a draft version of a saved query (the next version number), after the
+    statement guard admits its SQL. Needs `write`; no HTTP route (authoring
+    belongs to deployment tooling).
+    Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
+    SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
+    identifier (INVALID_ARGUMENT).
+    """
+    ApproveSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.ApproveSavedQueryRequest, _queryspace_pb2.ApproveSavedQueryResponse]
+    """Activates a draft or pending_revalidation version, recording the approver
+    and deprecating the active predecessor. The approver is never the author.
+    Needs `write`; no HTTP route.
+    Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 409
+    {code:"saved_query_disabled"} for the author approving, or a version in
+    another status; 409 {code:"saved_query_incompatible"} when the SQL no
+    longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+    """
+    SetSavedQueryStatus: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.SetSavedQueryStatusRequest, _queryspace_pb2.SetSavedQueryStatusResponse]
+    """Disables or deprecates one version. Needs `write`; no HTTP route.
+    Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
+    status (INVALID_ARGUMENT).
+    """
 
 @_typing.type_check_only
 class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
@@ -184,6 +216,38 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
     validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
     registry is unreadable (INTERNAL).
+    """
+    ExportSql: _aio.UnaryStreamMultiCallable[_queryspace_pb2.ExportSqlRequest, _queryspace_pb2.ExportSqlResponse]  # type: ignore[assignment]
+    """Operator export (the analytical tier; no HTTP route, so the gateway does
+    not expose it). Needs `write` (the operator entitlement). Same validation
+    and admission as RunSql under the analytical limits (rows default and cap
+    10,000; bytes 67,108,864; statement timeout 60,000 ms; 1 concurrent per
+    caller, 4 per deployment). The stream sends one `header` (the result's
+    identity and columns, no rows), the rows in `rows` batches in order, then
+    one `trailer`: the complete QueryResult without rows (counts, truncation,
+    outcome). A rejected or failed statement sends only the trailer.
+    """
+    CreateSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.CreateSavedQueryRequest, _queryspace_pb2.CreateSavedQueryResponse]  # type: ignore[assignment]
+    """Adds a draft version of a saved query (the next version number), after the
+    statement guard admits its SQL. Needs `write`; no HTTP route (authoring
+    belongs to deployment tooling).
+    Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
+    SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
+    identifier (INVALID_ARGUMENT).
+    """
+    ApproveSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.ApproveSavedQueryRequest, _queryspace_pb2.ApproveSavedQueryResponse]  # type: ignore[assignment]
+    """Activates a draft or pending_revalidation version, recording the approver
+    and deprecating the active predecessor. The approver is never the author.
+    Needs `write`; no HTTP route.
+    Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 409
+    {code:"saved_query_disabled"} for the author approving, or a version in
+    another status; 409 {code:"saved_query_incompatible"} when the SQL no
+    longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+    """
+    SetSavedQueryStatus: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.SetSavedQueryStatusRequest, _queryspace_pb2.SetSavedQueryStatusResponse]  # type: ignore[assignment]
+    """Disables or deprecates one version. Needs `write`; no HTTP route.
+    Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
+    status (INVALID_ARGUMENT).
     """
 
 class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -302,6 +366,62 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
         validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
         registry is unreadable (INTERNAL).
+        """
+
+    @_abc_1.abstractmethod
+    def ExportSql(
+        self,
+        request: _queryspace_pb2.ExportSqlRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_queryspace_pb2.ExportSqlResponse], _abc.AsyncIterator[_queryspace_pb2.ExportSqlResponse]]:
+        """Operator export (the analytical tier; no HTTP route, so the gateway does
+        not expose it). Needs `write` (the operator entitlement). Same validation
+        and admission as RunSql under the analytical limits (rows default and cap
+        10,000; bytes 67,108,864; statement timeout 60,000 ms; 1 concurrent per
+        caller, 4 per deployment). The stream sends one `header` (the result's
+        identity and columns, no rows), the rows in `rows` batches in order, then
+        one `trailer`: the complete QueryResult without rows (counts, truncation,
+        outcome). A rejected or failed statement sends only the trailer.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateSavedQuery(
+        self,
+        request: _queryspace_pb2.CreateSavedQueryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queryspace_pb2.CreateSavedQueryResponse, _abc.Awaitable[_queryspace_pb2.CreateSavedQueryResponse]]:
+        """Adds a draft version of a saved query (the next version number), after the
+        statement guard admits its SQL. Needs `write`; no HTTP route (authoring
+        belongs to deployment tooling).
+        Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
+        SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
+        identifier (INVALID_ARGUMENT).
+        """
+
+    @_abc_1.abstractmethod
+    def ApproveSavedQuery(
+        self,
+        request: _queryspace_pb2.ApproveSavedQueryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queryspace_pb2.ApproveSavedQueryResponse, _abc.Awaitable[_queryspace_pb2.ApproveSavedQueryResponse]]:
+        """Activates a draft or pending_revalidation version, recording the approver
+        and deprecating the active predecessor. The approver is never the author.
+        Needs `write`; no HTTP route.
+        Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 409
+        {code:"saved_query_disabled"} for the author approving, or a version in
+        another status; 409 {code:"saved_query_incompatible"} when the SQL no
+        longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+        """
+
+    @_abc_1.abstractmethod
+    def SetSavedQueryStatus(
+        self,
+        request: _queryspace_pb2.SetSavedQueryStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queryspace_pb2.SetSavedQueryStatusResponse, _abc.Awaitable[_queryspace_pb2.SetSavedQueryStatusResponse]]:
+        """Disables or deprecates one version. Needs `write`; no HTTP route.
+        Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
+        status (INVALID_ARGUMENT).
         """
 
 def add_QuerySpaceServiceServicer_to_server(servicer: QuerySpaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,786 @@
+"""Reading a claim from its English parse: who did what to whom, with which change.
+
+The offline normaliser's core. A claim's text is parsed (``nlp.parse``); each clause head
+gives its subject(s) (conjuncts are one reading each), its verb lemma with particle
+("take over", "step down"), objects, prepositional arguments ("from", "to", "as", "of"),
+passive agents, negation and mood. The clause then maps onto the governed vocabulary:
+
+- ``relation``: two entities and a predicate ("Priya leads Project Falcon"), with a change
+  kind: ``succession`` (take over, join, move, become, hand over, ...), ``end`` (leave, step
+  down, no longer), ``negation`` ("is not the owner") or ``correction`` ("actually ...");
+- ``attribute``: a named value of one thing ("Q3 marketing budget: 90,000 EUR"), which
+  supersedes the thing's previous value (cut, raise, rename, postpone, slip, ...);
+- ``statement``: anything else that states something about a named thing;
+- ``reported``: "X said that ..." (the holder's stance, not a fact);
+- ``nonfact``: questions, hypotheticals and conditionals, opinions; ``plan``: intentions.
+
+Pure and deterministic: the same text always reads the same.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.pipeline.domain import nlp, timeparse
+
+__all__ = ["Reading", "read"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    kind: str  # relation | attribute | statement | reported | plan | nonfact
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    attribute: str | None = None
+    value: str | None = None
+    change: str = "none"  # none | succession | end | negation | correction
+    previous: str | None = None  # the previous object ("from A to B") or value
+    previous_holder: str | None = None  # "took over X from A", "B replaced A"
+    mood: str = "fact"  # fact | plan | question | hypothetical | opinion
+    hedged: bool = False
+    label: str = ""
+    features: dict[str, object] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------- vocabulary
+
+_VERB_PREDICATES = {
+    "lead": "other:leads", "head": "other:leads", "manage": "other:leads", "chair": "other:leads",
+    "run": "other:leads", "captain": "other:leads", "coordinate": "other:leads", "direct": "other:leads",
+    "own": "other:owns", "maintain": "other:owns",
+    "sponsor": "other:sponsors",
+    "use": "uses", "found": "founded", "co-found": "founded", "cofound": "founded",
+    "write": "authored", "author": "authored", "create": "created", "build": "created", "design": "created",
+    "develop": "created", "know": "knows", "attend": "participated_in", "block": "blocks",
+}
+_PREP_VERB_PREDICATES = {
+    ("work", "on"): "works_on", ("work", "for"): "works_for", ("work", "at"): "works_for",
+    ("report", "to"): "reports_to", ("rely", "on"): "uses", ("depend", "on"): "depends_on",
+    ("participate", "in"): "participated_in", ("belong", "to"): "member_of", ("sit", "on"): "member_of",
+    ("work", "in"): "works_on", ("look", "after"): "other:owns",
+}
+# Passive verbs: "X is owned by Y" (agent is the subject of the relation) or "X is hosted in Y".
+_PASSIVE_AGENT = {"own": "other:owns", "lead": "other:leads", "manage": "other:leads", "run": "other:leads",
+                  "head": "other:leads", "maintain": "other:owns", "sponsor": "other:sponsors",
+                  "build": "created", "create": "created", "write": "authored", "develop": "created",
+                  "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads"}
+_LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside".split())
+_ROLE_NOUNS = {
+    "owner": "other:owns", "maintainer": "other:owns", "lead": "other:leads", "leader": "other:leads",
+    "head": "other:leads", "manager": "other:leads", "director": "other:leads", "chair": "other:leads",
+    "captain": "other:leads", "coordinator": "other:leads", "sponsor": "other:sponsors", "member": "member_of",
+    "part": "part_of", "author": "authored", "founder": "founded", "co-founder": "founded", "steward": "other:owns",
+    "custodian": "other:owns", "point": "other:owns",
+}
+_GROUP_HEADS = frozenset("""guild committee board council club chapter community union panel forum circle
+working group society association""".split())
+_ORG_WORDS = frozenset("labs lab inc ltd gmbh corp corporation company bank university institute agency".split())
+_STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
+finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
+
+# What one holds when one takes something over: a team, project or rota is led; a system,
+# document or asset is owned.
+_LED_HEADS = frozenset("""team squad project rotation rota migration initiative program programme review council
+committee effort workstream group guild department function process meeting sync practice chapter unit
+division launch rollout""".split())
+_LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
+audit workshop onboarding programme campaign engineering operations sales marketing support design security
+finance platform research product infrastructure""".split())
+_TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
+_HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
+_SUCCEED = frozenset({"succeed", "replace"})
+_BECOME = frozenset({"become", "appoint", "name", "promote", "make", "elect", "hire", "assign"})
+_JOIN = frozenset({"join", "start", "begin", "rejoin"})
+_MOVE = frozenset({"move", "switch", "transfer", "migrate", "relocate", "shift", "port", "go"})
+_END = frozenset({"leave", "step down", "quit", "resign", "step back", "roll off", "retire", "exit", "depart",
+                  "step away", "drop out", "stop"})
+_VALUE_CHANGE = frozenset("""cut raise increase reduce lower lift trim slash boost double halve set change adjust bump
+revise update drop rise fall grow decrease climb go up go down jump shrink expand extend cap""".split())
+_RESCHEDULE = frozenset({"postpone", "delay", "push", "push back", "push out", "slip", "reschedule", "defer",
+                         "bring forward", "pull in", "move up", "bring", "advance", "pull forward", "slide"})
+_SCHEDULE = frozenset({"plan", "schedule", "set", "due", "expect", "book", "slate", "target"})
+_SAY = frozenset("""say tell report announce confirm mention note explain claim add argue warn promise insist reply
+write state suggest""".split())
+# verbs whose object is what was said even when the parser makes it a noun ("Ravi said the
+# migration moves …" parsed with "moves" as the object); "tell finance" is not
+_SPEECH_ONLY = frozenset("say claim".split())
+_PARTICLES = frozenset("down over up off back out away forward on in".split())
+_THINK = frozenset("think believe feel guess reckon suspect doubt fear hope worry".split())
+_PLAN_VERBS = frozenset("plan intend aim hope want mean expect propose".split())
+_HYPO_AUX = frozenset("would could might may should must ought".split())
+_OPINION_ADJ = frozenset("""great good bad terrible awful awesome amazing excellent wonderful fantastic brilliant
+horrible nice lovely ugly beautiful elegant clean messy better best worse worst risky dangerous useful useless
+pointless important overrated underrated interesting boring exciting confusing easy easier hard harder difficult
+simple complicated annoying frustrating impressive disappointing promising ridiculous stupid smart clever perfect
+silly weird strange cool fun painful crazy solid sensible reasonable slow fast""".split())
+_HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
+_CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
+                               r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
+_DETERMINERS = frozenset("the a an this that these those our my your their his her its some any each every".split())
+_PRONOUNS = frozenset("i me we us you he him she her they them it one someone everyone nobody".split())
+_TIME_NOUNS = frozenset("""today yesterday tomorrow week weeks month months year years quarter day days morning
+evening afternoon night now then time moment end beginning start""".split())
+
+
+# ------------------------------------------------------------------------- noun phrases
+
+def _is_time(token: Any) -> bool:
+    return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
+
+
+_NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
+                           "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep"})
+_NP_KEEP_PREPS = frozenset({"of", "for", "on"})
+_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per"}
+# "on leave", "on call": a state of the person, not work on a thing
+_NOT_WORK = frozenset("leave holiday vacation call duty site track time schedule board hold break sabbatical".split())
+
+
+def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
+    """A noun phrase: the head with its modifiers and its "of"/"for" complements (not dates,
+    clauses, conjuncts or other prepositional phrases)."""
+    out = [token]
+    if token.dep_ == "dobj":  # "took over the weekend support rota": the parser's two objects are one
+        for sibling in token.head.children:
+            if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
+                out.extend(sibling.subtree)
+    for child in token.children:
+        if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i:
+            objects = [c for c in child.children if c.dep_ == "pobj"]
+            # "budget for Q4" names the attribute; "on 3 May" does not
+            timed = any(_is_time(o) for o in objects) and child.lower_ != "for"
+            if objects and not timed and not _is_person(objects[0]) or (objects and child.lower_ == "of"):
+                out.append(child)
+                out.extend(c for c in child.children if c.dep_ == "punct" and c.text in ("-", "/"))
+                for obj in objects:
+                    out.extend(_np_tokens(obj))
+            continue
+        if child.dep_ in _NP_STOP_DEPS and not (child.dep_ == "punct" and child.text in ("-", "/", "&")):
+            continue
+        modifier = child.i < token.i and child.dep_ in ("compound", "amod", "nmod", "poss", "nummod")
+        if child.ent_type_ == "DATE" and token.ent_type_ != "DATE" and not modifier:
+            continue
+        out.extend(t for t in child.subtree if not (t.ent_type_ == "DATE" and token.ent_type_ != "DATE"
+                                                    and not modifier)
+                   and t.dep_ not in ("relcl", "punct") or t.text in ("-", "'s", "’s", "/", "&"))
+    return sorted(set(out), key=lambda t: t.i)
+
+
+def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
+    for child in token.children:  # "a small studio called Pixelmoor": the name
+        if child.dep_ == "acl" and child.lemma_.lower() in ("call", "name"):
+            named = next((c for c in child.children if c.dep_ in ("oprd", "attr", "dobj", "xcomp")), None)
+            if named is not None:
+                return _np_text(named)
+    tokens = _np_tokens(token, keep)
+    while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
+        tokens = tokens[1:]
+    # "p95 latency of the search API": articles inside a name say nothing either
+    tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
+    text = "".join(t.text_with_ws for t in tokens).strip()
+    return re.sub(r"\s+", " ", text).strip(" ,.;:")
+
+
+def _conjuncts(token: Any) -> list[Any]:
+    return [token, *[c for c in token.conjuncts if c.i > token.i]]
+
+
+def _is_person(token: Any) -> bool:
+    return token.ent_type_ == "PERSON" or token.lower_ in ("i", "we", "he", "she", "they")
+
+
+def _is_personish(token: Any) -> bool:
+    """A person, or a proper name that is not a place, date or organisation word (the small
+    pipeline tags many first names ORG)."""
+    if _is_person(token):
+        return True
+    proper = token.pos_ == "PROPN" or (token.text[:1].isupper() and token.pos_ == "NOUN"
+                                       and not any(c.dep_ == "det" for c in token.children))
+    return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
+        t.lower_ in _ORG_WORDS for t in token.subtree)
+
+
+def _is_place(token: Any) -> bool:
+    return token.ent_type_ in ("GPE", "LOC", "FAC")
+
+
+def _is_org(token: Any) -> bool:
+    if token.ent_type_ == "ORG":
+        return True
+    return any(t.lower_ in _ORG_WORDS for t in token.subtree)
+
+
+def _is_valueish(token: Any) -> bool:
+    """A number, amount or date: the token or its own modifiers (not its prepositional phrases)."""
+    words = [token, *[c for c in token.children if c.dep_ in ("nummod", "quantmod", "compound", "amod", "nmod")]]
+    words += [g for c in words[1:] for g in c.children if c.dep_ in ("nummod", "quantmod", "compound")]
+    return any(t.like_num or t.ent_type_ in ("MONEY", "PERCENT", "QUANTITY", "CARDINAL", "DATE")
+               or t.text in ("$", "€", "£", "%") for t in words)
+
+
+# ------------------------------------------------------------------------- clause parts
+
+@dataclass
+class _Clause:
+    head: Any
+    verb: str
+    subjects: list[Any]
+    objects: list[Any]
+    preps: dict[str, list[Any]]
+    agent: Any | None
+    passive: bool
+    negated: bool
+    no_longer: bool
+    modal: str | None
+    attr: Any | None
+    acomp: Any | None
+    oprd: Any | None
+    xcomp: Any | None
+    ccomp: Any | None
+    conditional: bool
+
+
+def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
+    for child in head.children:
+        if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
+            objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp")]
+            key = child.lower_
+            # "as of", "ahead of": the second preposition carries the object
+            for inner in child.children:
+                if inner.dep_ == "prep" and inner.i == child.i + 1:
+                    key = f"{child.lower_} {inner.lower_}"
+                    objects += [c for c in inner.children if c.dep_ in ("pobj", "pcomp")]
+                elif inner.dep_ == "prep" and depth < 2:  # "from 40,000 EUR to 25,000 EUR" hung under "from"
+                    _prep_args(child, into, depth + 1)
+            for obj in objects:
+                into.setdefault(key, []).extend(_conjuncts(obj))
+                if depth < 2:
+                    _prep_args(obj, into, depth + 1)  # a "from A to B" the parser hung under an object
+        elif child.dep_ in ("dobj", "attr", "pobj") and depth < 2 and depth > 0:
+            _prep_args(child, into, depth + 1)
+
+
+def _clause(head: Any, inherited: list[Any]) -> _Clause:
+    subjects: list[Any] = []
+    objects: list[Any] = []
+    preps: dict[str, list[Any]] = {}
+    agent = attr = acomp = oprd = xcomp = ccomp = None
+    passive = negated = no_longer = conditional = False
+    modal = None
+    particle = None
+    for child in head.children:
+        dep = child.dep_
+        if dep in ("nsubj", "nsubjpass", "csubj"):
+            subjects.extend(_conjuncts(child))
+            passive = passive or dep == "nsubjpass"
+        elif dep == "auxpass":
+            passive = True
+        elif dep in ("dobj", "dative") and child.pos_ != "ADP":
+            if objects and objects[-1].dep_ == "dobj" and objects[-1].right_edge.i + 1 == child.left_edge.i:
+                objects.pop()  # two adjacent objects: one noun phrase the parser split
+            objects.extend(_conjuncts(child))
+        elif dep == "prt" or (dep == "advmod" and child.i == head.i + 1 and child.lower_ in _PARTICLES):
+            particle = child.lower_
+        elif dep == "neg":
+            negated = True
+        elif dep == "advmod" and child.lower_ == "never":
+            negated = True
+        elif dep == "advmod" and child.lower_ in ("longer", "more") and any(c.lower_ in ("no", "any")
+                                                                           for c in child.children):
+            no_longer = True
+        elif dep == "aux" and child.lower_ in ("will", "shall", "'ll", "wo"):
+            modal = modal or "will"
+        elif dep == "aux" and child.lemma_.lower() in _HYPO_AUX:
+            modal = "hypothetical"
+        elif dep == "aux" and child.lower_ in ("'d",):
+            modal = "hypothetical"
+        elif dep == "attr":
+            attr = child
+        elif dep == "acomp":
+            acomp = child
+        elif dep == "oprd":
+            oprd = child
+        elif dep == "xcomp":
+            xcomp = child
+        elif dep == "ccomp":
+            ccomp = child
+        elif dep == "agent":
+            agent = next((c for c in child.children if c.dep_ == "pobj"), None)
+        elif dep == "advcl" and any(m.lower_ in ("if", "unless", "provided", "assuming") for m in child.children
+                                    if m.dep_ == "mark"):
+            conditional = True
+    _prep_args(head, preps)
+    for obj in objects:
+        _prep_args(obj, preps, 1)
+    preps.pop("by", None) if agent is not None else None
+    verb = head.lemma_.lower()
+    if particle:
+        verb = f"{verb} {particle}"
+    if not subjects:
+        subjects = inherited
+    return _Clause(head, verb, subjects, objects, preps, agent, passive, negated, no_longer, modal, attr, acomp,
+                   oprd, xcomp, ccomp, conditional)
+
+
+def _first(preps: dict[str, list[Any]], *keys: str) -> Any | None:
+    for key in keys:
+        if preps.get(key):
+            return preps[key][0]
+    return None
+
+
+def _non_time(tokens: list[Any] | None) -> Any | None:
+    for token in tokens or ():
+        if not _is_time(token):
+            return token
+    return None
+
+
+def _date_text(token: Any) -> str:
+    span = [t for t in token.subtree if t.dep_ != "punct"]
+    return re.sub(r"\s+", " ", "".join(t.text_with_ws for t in span)).strip(" ,.;")
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def _without_leading_time(text: str) -> str:
+    """"On 6 April 2026 Priya replaced Tom …" → "Priya replaced Tom …": the claim carries
+    the window already, and the small parser often hangs a leading date on the subject."""
+    for expression in timeparse.find_time_expressions(text, None):
+        if expression.start == 0 or (expression.start <= 12 and re.match(
+                r"^(?:effective|starting|beginning|as of|from|since|until|as from)\s*$", text[:expression.start],
+                re.IGNORECASE)):
+            rest = text[expression.end:].lstrip(" ,")
+            if len(rest.split()) >= 2:
+                return rest[:1].upper() + rest[1:]
+    return text
+
+
+def prepared(text: str) -> str:
+    """The text the parser reads for a claim (see :func:`read`)."""
+    return _without_leading_time(_without_prefix(text)[0])
+
+
+_DISCOURSE_PREFIX = re.compile(r"^\s*(?:(?P<correction>correction|corrected|erratum)|update|note|fyi|reminder|context)"
+                               r"(?:\s+(?:to|on|from|for)\s+[^:]{1,60})?\s*:\s+(?=\S)", re.IGNORECASE)
+
+
+def _without_prefix(text: str) -> tuple[str, bool]:
+    """"Correction to last week's notes: X" → ("X", True); "Update: X" → ("X", False)."""
+    match = _DISCOURSE_PREFIX.match(text)
+    if match is None:
+        return text, False
+    rest = text[match.end():]
+    return rest[:1].upper() + rest[1:], bool(match.group("correction"))
+
+
+_KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<value>[^:]*?\d[^:]*?)\s*[.;]?\s*$")
+
+
+def is_key_value(text: str) -> bool:
+    """"Authorisation rate: 94.1 percent": a named value written as a label and a number."""
+    return _KEY_VALUE.match(text) is not None
+
+
+def read(text: str) -> list[Reading]:
+    """The readings of one claim text, in order."""
+    key_value = _KEY_VALUE.match(text)
+    if key_value is not None and len(key_value.group("value").split()) <= 6:
+        name = key_value.group("name").strip()
+        return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
+                      state=False)]
+    text, corrected = _without_prefix(text)
+    text = _without_leading_time(text)
+    doc = nlp.parse(text)
+    out: list[Reading] = []
+    correction = corrected or bool(_CORRECTION_WORDS.search(text))
+    hedged = any(t.lower_ in _HEDGES for t in doc) or bool(re.search(r"\b(?:seems|appears) to\b", text, re.I))
+    for sentence in doc.sents:
+        if sentence.text.rstrip(" \"'”)*_").endswith("?"):
+            out.append(Reading("nonfact", mood="question", label=sentence.text.strip()))
+            continue
+        root = sentence.root
+        heads = [root, *[c for c in root.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")]]
+        # "Eva owns the budget, so she will check": a clause of its own, with its own subject
+        heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
+                  and any(s.dep_ in ("nsubj", "nsubjpass") for s in c.children)
+                  and not any(m.dep_ == "mark" and m.lower_ in ("if", "unless", "when", "once", "until", "before",
+                                                                  "after", "because", "although", "though")
+                              for m in c.children)]
+        inherited: list[Any] = []
+        extra: list[Reading] = []
+        for token in sentence:
+            # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
+            if token.dep_ == "appos" and _is_personish(token.head):
+                role = _role(token)
+                if role is not None:
+                    extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
+                                         object=role[1], label=sentence.text.strip()))
+            # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
+            if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
+                    c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
+                for reading in _read_clause(_clause(token, [token.head]), sentence):
+                    if reading.kind == "relation":
+                        subject = _np_text(token.head)
+                        extra.append(_replace(reading, subject=subject))
+        for head in heads:
+            clause = _clause(head, inherited)
+            inherited = clause.subjects
+            for reading in [*_read_clause(clause, sentence), *extra]:
+                if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
+                    reading = _replace(reading, change="correction")
+                if hedged and not reading.hedged:
+                    reading = _replace(reading, hedged=True)
+                out.append(reading)
+            extra = []
+    return out
+
+
+def _replace(reading: Reading, **changes: object) -> Reading:
+    values = {**reading.__dict__, **changes}
+    return Reading(**values)  # type: ignore[arg-type]
+
+
+def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
+    text = re.sub(r"\s+", " ", sentence.text).strip()
+    verb = c.verb
+    base = c.head.lemma_.lower()
+    if c.conditional or c.modal == "hypothetical":
+        return [Reading("nonfact", mood="hypothetical", label=text)]
+    if not c.subjects and c.head.tag_ == "VB" and c.head.dep_ == "ROOT" and all(
+            t.lower_ in ("please", "do", "don't", "not", "n't", "never", "always", "just") or t.is_punct
+            for t in c.head.doc[c.head.sent.start:c.head.i]):
+        return [Reading("nonfact", mood="advice", label=text)]  # "Please do not book conferences …"
+    # "X said (that) ...": the holder's stance
+    if c.subjects and (base in _SAY and (c.ccomp is not None or c.xcomp is not None)
+                       or base in _SPEECH_ONLY and c.objects):
+        return [Reading("reported", subject=_np_text(c.subjects[0]), label=text)]
+    if base in _THINK and c.ccomp is not None:
+        return [Reading("nonfact", mood="opinion", label=text)]
+    # plans and intentions: "will", "plans to", "is going to"
+    if c.modal == "will" or (base in _PLAN_VERBS and c.xcomp is not None) or (
+            base == "go" and c.xcomp is not None and any(t.lower_ == "going" for t in [c.head])):
+        return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text)]
+    if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
+        return [Reading("nonfact", mood="opinion", label=text)]
+    if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
+           for t in c.head.children) or (
+            base == "use" and c.xcomp is not None):
+        subject = _np_text(c.subjects[0]) if c.subjects else None
+        return [Reading("statement", subject=subject, label=text, features={"past": True})]
+    change = "negation" if c.negated else "none"
+    if c.no_longer:
+        change = "end"
+
+    readings = _transition(c, verb, change, text)
+    if readings is None:
+        readings = _relation(c, verb, change, text)
+    if readings is None:
+        readings = _attribute(c, verb, change, text)
+    if readings is None:
+        subject = _np_text(c.subjects[0]) if c.subjects else None
+        readings = [Reading("statement", subject=subject, change=change, label=text)]
+    return readings
+
+
+def _people(tokens: list[Any]) -> list[str]:
+    return [_np_text(t) for t in tokens if t.lower_ not in _PRONOUNS or t.lower_ in ("we",)]
+
+
+def _rel(subjects: list[str], predicate: str, obj: str | None, change: str, text: str, *,
+         previous: str | None = None, previous_holder: str | None = None) -> list[Reading] | None:
+    if not obj or not subjects:
+        return None
+    return [Reading("relation", subject=s, predicate=predicate, object=obj, change=change, previous=previous,
+                    previous_holder=previous_holder, label=text) for s in subjects]
+
+
+def _role(token: Any | None) -> tuple[str, str] | None:
+    """"lead of X" / "the owner of X" / "head of X": (predicate, X)."""
+    if token is None:
+        return None
+    predicate = _ROLE_NOUNS.get(token.lemma_.lower())
+    if predicate is None:
+        return None
+    for child in token.children:
+        if child.dep_ == "prep" and child.lower_ in ("of", "for", "on"):
+            obj = next((o for o in child.children if o.dep_ == "pobj"), None)
+            if obj is not None and not _is_time(obj):
+                return predicate, _np_text(obj)
+    return None
+
+
+def _held_as(obj: Any) -> str:
+    return "other:leads" if obj.lemma_.lower() in _LED_HEADS or obj.lower_ in _LED_HEADS else "other:owns"
+
+
+def _membership(obj: Any) -> str:
+    if _is_org(obj):
+        return "works_for"
+    if obj.lemma_.lower() in _GROUP_HEADS or any(t.lower_ in _GROUP_HEADS for t in obj.subtree):
+        return "member_of"
+    return "works_on"
+
+
+def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
+    base = c.head.lemma_.lower()
+    subjects = _people(c.subjects)
+    to = _non_time(c.preps.get("to") or c.preps.get("into"))
+    source = _non_time(c.preps.get("from"))
+    as_role = _role(_first(c.preps, "as"))
+    succession = "succession" if change == "none" else change
+    if verb in _TAKE_OVER or (base == "take" and c.objects and c.objects[0].lower_ == "over"):
+        role = as_role
+        if role is None and c.objects:
+            role = (_held_as(c.objects[0]), _np_text(c.objects[0]))
+        if role is None:
+            return None
+        holder = _np_text(source) if source is not None else None
+        return _rel(subjects, role[0], role[1], succession, text, previous_holder=holder)
+    if verb in _HAND_OVER and c.objects:
+        target = to
+        held_as = _held_as(c.objects[0])
+        if target is None:
+            return _rel(subjects, held_as, _np_text(c.objects[0]), "end", text)
+        return _rel([_np_text(target)], held_as, _np_text(c.objects[0]), succession, text,
+                    previous_holder=subjects[0] if subjects else None)
+    if base in _SUCCEED and c.objects and not c.passive:
+        if as_role is None:
+            return None
+        return _rel(subjects, as_role[0], as_role[1], succession, text, previous_holder=_np_text(c.objects[0]))
+    if base in _SUCCEED and c.passive and c.agent is not None:
+        if as_role is None:
+            return None
+        return _rel([_np_text(c.agent)], as_role[0], as_role[1], succession, text, previous_holder=subjects[0]
+                    if subjects else None)
+    if base in _BECOME:
+        role = (_role(c.attr) or _role(c.oprd) or as_role or _role(to) or _role(c.xcomp)
+                or _role(c.objects[0] if c.objects else None))
+        if role is None:
+            return None
+        holders = subjects if (c.passive or base == "become") else [_np_text(o) for o in c.objects]
+        return _rel(holders, role[0], role[1], succession, text)
+    if base in _JOIN and not c.passive:
+        target = c.objects[0] if c.objects and base != "start" else _non_time(c.preps.get("at") or c.preps.get(
+            "with") or c.preps.get("on") or c.preps.get("in"))
+        if target is None or _is_time(target):
+            return None
+        predicate = "works_on" if base == "start" and _first(c.preps, "on") is target else _membership(target)
+        return _rel(subjects, predicate, _np_text(target), succession, text)
+    if base in _MOVE or verb in _MOVE:
+        destination = to or _non_time(c.preps.get("onto"))
+        if destination is None:
+            return None
+        mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
+        if mover is None:
+            return None
+        if _is_place(destination):
+            predicate = "located_in"
+        elif _is_personish(mover):
+            predicate = "works_for" if destination.ent_type_ == "ORG" or any(
+                t.lower_ in _ORG_WORDS for t in destination.subtree) else "works_on"
+        else:
+            predicate = "located_in"
+        product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
+            and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
+        if base in ("switch", "migrate") and not c.objects and not c.passive and product and (
+                predicate != "located_in" or base == "switch"):
+            predicate = "uses"  # "the web team switched from Jenkins to GitHub Actions": a tool
+        movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
+        return _rel(movers, predicate, _np_text(destination), succession, text,
+                    previous=_np_text(source) if source is not None else None)
+    if verb in _END or base in _END:
+        role = as_role
+        target = c.objects[0] if c.objects else _non_time(c.preps.get("from"))
+        if role is None and target is None:
+            return None
+        if role is not None:
+            return _rel(subjects, role[0], role[1], "end", text)
+        assert target is not None
+        return _rel(subjects, _membership(target), _np_text(target), "end", text)
+    return None
+
+
+def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
+    base = c.head.lemma_.lower()
+    subjects = _people(c.subjects)
+    if c.passive:
+        if base in ("employ", "contract", "hire", "retain"):
+            place = c.agent if c.agent is not None else _non_time(c.preps.get("at"))
+            return _rel(subjects, "works_for", _np_text(place) if place is not None else None, change, text)
+        if c.agent is not None and base in _PASSIVE_AGENT:
+            return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
+                        _np_text(c.subjects[0]) if c.subjects else None, change, text)
+        if base in ("assign", "reassign", "allocate", "give", "hand"):
+            target = _non_time(c.preps.get("to"))
+            succession = "succession" if base in ("reassign", "hand") and change == "none" else change
+            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
+        if base in _LOCATION_VERBS:
+            place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
+            if place is not None:
+                return _rel(subjects, "located_in", _np_text(place), change, text)
+        return None
+    if base == "be":
+        role = _role(c.attr)
+        if role is not None:
+            return _rel(subjects, role[0], role[1], change, text)
+        holder = c.attr if c.attr is not None and _is_personish(c.attr) else None
+        if holder is not None and c.subjects:
+            # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
+            role = _role(c.subjects[0])
+            if role is not None:
+                return _rel([_np_text(holder)], role[0], role[1], change, text)
+            head = c.subjects[0]
+            owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
+            if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
+                return _rel([_np_text(owner).removesuffix("'s").removesuffix("’s")], "reports_to",
+                            _np_text(holder), change, text)
+        if c.acomp is not None and c.acomp.lemma_.lower() in ("responsible", "accountable"):
+            target = _non_time([o for p in c.acomp.children if p.dep_ == "prep" and p.lower_ == "for"
+                                for o in p.children if o.dep_ == "pobj"])
+            return _rel(subjects, "other:owns", _np_text(target) if target is not None else None, change, text)
+        if c.attr is None and c.acomp is None:
+            charge = _non_time(c.preps.get("in"))
+            if charge is not None and charge.lower_ == "charge":
+                of = _non_time(c.preps.get("of"))
+                return _rel(subjects, "other:leads", _np_text(of) if of is not None else None, change, text)
+            on = _non_time(c.preps.get("on"))
+            if on is not None and on.lower_ in _NOT_WORK:
+                return None
+            if on is not None and subjects and c.subjects and _is_personish(c.subjects[0]):
+                return _rel(subjects, "works_on", _np_text(on), change, text)
+            place = _non_time(c.preps.get("in") or c.preps.get("at"))
+            if place is not None and _is_place(place):
+                return _rel(subjects, "located_in", _np_text(place), change, text)
+            if place is not None and _is_org(place) and c.subjects and _is_person(c.subjects[0]):
+                return _rel(subjects, "works_for", _np_text(place), change, text)
+        return None
+    key = (base, next(iter(c.preps), ""))
+    for prep in c.preps:
+        predicate = _PREP_VERB_PREDICATES.get((base, prep))
+        if predicate is not None:
+            target = _non_time(c.preps[prep])
+            if target is not None:
+                return _rel(subjects, predicate, _np_text(target), change, text)
+    del key
+    if base in _LOCATION_VERBS and not c.objects:
+        place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
+        thing = c.subjects[0] if c.subjects else None
+        if place is not None and (_is_place(place) or base != "run"
+                                  or (thing is not None and not _is_personish(thing))):
+            return _rel(subjects, "located_in", _np_text(place), change, text)
+    if base == "host" and c.objects and c.subjects and _is_place(c.subjects[0]):
+        return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(c.subjects[0]), change, text)
+    predicate = _VERB_PREDICATES.get(verb) or _VERB_PREDICATES.get(base)
+    if predicate is not None and c.objects:
+        if base == "run" and not c.subjects:
+            return None
+        return [r for obj in c.objects for r in (_rel(subjects, predicate, _np_text(obj), change, text) or [])] or None
+    return None
+
+
+def _value_of(token: Any) -> str:
+    if token.ent_type_ in ("DATE", "TIME"):
+        return _date_text(token)
+    if not _is_valueish(token):
+        return _np_text(token)
+    skip: set[int] = set()
+    for child in token.children:
+        if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
+                child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a")
+                                         and any(_is_time(o) for o in child.children if o.dep_ == "pobj"))):
+            skip.update(t.i for t in child.subtree)
+    words = [t for t in token.subtree if t.dep_ != "punct" and t.i not in skip]
+    return re.sub(r"\s+", " ", "".join(t.text_with_ws for t in words)).strip()
+
+
+def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
+    base = c.head.lemma_.lower()
+    thing = c.objects[0] if c.objects and not c.passive and base not in ("rise", "fall", "grow", "climb") else (
+        c.subjects[0] if c.subjects else None)
+    if thing is None or thing.lower_ in _PRONOUNS:
+        return None
+    name = _np_text(thing, _ATTRIBUTE_PREPS)  # "headcount in customer success" names the attribute
+    succession = "succession" if change == "none" else change
+    to = _first(c.preps, "to", "until", "till", "into")
+    source = _first(c.preps, "from")
+    if base == "rename" or verb == "rename":
+        new = to or c.oprd or (c.objects[0] if c.passive and c.objects else None)
+        if new is None:
+            return None
+        return [_attr(name, "name", _np_text(new), succession, text, previous=_np_text(source) if source else None)]
+    if verb in _RESCHEDULE or base in _RESCHEDULE or (base in ("move", "shift") and to is not None
+                                                       and _is_time(to)):
+        if to is None:
+            to = _first(c.preps, "for", "on", "in", "by")
+        if to is None or not _is_time(to):
+            return None
+        return [_attr(name, None, _value_of(to), succession, text,
+                      previous=_value_of(source) if source is not None else None, schedule=True)]
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE:
+        if to is None:
+            return None
+        return [_attr(name, None, _value_of(to), succession, text,
+                      previous=_value_of(source) if source is not None else None, state=True)]
+    if c.passive and base in _SCHEDULE:
+        when = _first(c.preps, "for", "on", "in", "by", "at")
+        if when is not None and _is_time(when):
+            return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+    if base in ("happen", "occur", "land", "ship", "launch", "start", "begin", "end", "finish", "close", "open",
+                "take") and not c.objects:
+        when = _first(c.preps, "on", "in", "by", "at", "for")
+        if when is not None and _is_time(when) and c.subjects and not _is_person(c.subjects[0]):
+            return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+    if base == "be":
+        value = c.attr or c.acomp
+        if value is not None and value.lemma_.lower() in _STATUS_WORDS:
+            return [_attr(name, "status", value.lower_, change, text, state=True)]
+        if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
+                and thing.pos_ != "PROPN" and not _is_valueish(value)):
+            return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
+        if value is not None and _is_valueish(value) and not _is_person(thing):
+            if _is_time(value):  # "the deadline is 14 July": a date, not a state that starts
+                return [_attr(name, None, _value_of(value), change, text, schedule=True)]
+            return [_attr(name, None, _value_of(value), change, text, state=True)]
+        when = _first(c.preps, "on", "for", "in", "at")
+        if value is None and when is not None and _is_time(when) and not _is_person(thing):
+            return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+        if c.acomp is not None and c.acomp.lemma_.lower() in ("due", "scheduled", "planned", "expected", "set",
+                                                              "slated", "booked", "targeted"):
+            # "the first milestone is due on 27 February"
+            inner: dict[str, list[Any]] = {}
+            _prep_args(c.acomp, inner)
+            when = _first(inner, "on", "for", "in", "by", "at")
+            if when is not None and _is_time(when) and not _is_person(thing):
+                return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+        stands = _first(c.preps, "at")
+        if value is None and stands is not None and _is_valueish(stands):
+            return [_attr(name, None, _value_of(stands), change, text, state=True)]
+    if base == "have" and c.objects and _is_valueish(c.objects[0]) and not _is_personish(thing) \
+            and thing.pos_ != "PRON":
+        # "the partner programme has 48 active partners"
+        return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(c.objects[0]), change, text,
+                      state=True)]
+    if base in ("stand", "sit", "total", "reach", "cost", "hit") and not _is_person(thing):
+        value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)
+        if value is not None and _is_valueish(value):
+            return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(value), change, text,
+                          state=True)]
+    return None
+
+
+def _attr(name: str, facet: str | None, value: str, change: str, text: str, *, previous: str | None = None,
+          schedule: bool = False, state: bool = False) -> Reading:
+    if change == "negation":  # "is not planned this year": no value to hold
+        return Reading("statement", subject=name, change="negation", label=text)
+    attribute = f"{name} {facet}" if facet else name
+    if change == "negation":
+        label = f"{attribute}: not {value}"
+    else:
+        label = f"{attribute}: {value}"
+    return Reading("attribute", subject=name, attribute=attribute, value=value, change=change, previous=previous,
+                   label=label, features={"schedule": schedule, "state": state and not schedule})

@@ -1,0 +1,69 @@
+"""The labelled extraction corpus (tests/data/extraction_corpus.txt), scenario by scenario,
+through the default offline extractor and the engine's adjudication rules; and the same
+facts, windows and labels whatever order a scenario's documents arrive in."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from bench._extraction import load_corpus, parse_extractor, run_scenario, score, snapshot
+
+SCENARIOS = load_corpus()
+# Scenarios the extractor is known to get wrong, with why (strict: fixing one fails here).
+KNOWN_MISSES = {
+    # "It is owned by …" after "The notification service sends …": the regex claim stage finds
+    # no antecedent for "it"; and "deployed in Frankfurt and Dublin" gives one host, not two
+    "wiki-service-page",
+    # "Eva owns the budget, so I will check": the small parser makes "owns" a clause of "check"
+    "chat-planning-trip",
+    # "Until then it was maintained by Jorge": the regex claim stage's antecedents for "it" are
+    # lowercase definite noun phrases, so "the Atlas service" is not one and the claim is omitted
+    "wiki-history",
+    # "The minimum supported iOS version is 16": the small parser makes "supported" the verb
+    "release-notes",
+    # "The search API runs in Frankfurt": the small parser tags "runs" as a plural noun
+    "status-regression",
+}
+
+
+def test_the_corpus_is_large_and_varied() -> None:
+    assert len(SCENARIOS) >= 60
+    assert sum(s.sentences for s in SCENARIOS) >= 300
+    assert {s.genre for s in SCENARIOS} >= {"meeting", "chat", "email", "status", "wiki"}
+    assert len({s.id for s in SCENARIOS}) == len(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
+async def test_scenario(scenario) -> None:
+    result = score(scenario, await run_scenario(parse_extractor(), scenario))
+    if scenario.id in KNOWN_MISSES:
+        assert result.failures, "this known miss now passes: take it off KNOWN_MISSES"
+        pytest.xfail("; ".join(result.failures)[:300])
+    assert result.failures == []
+
+
+def _orders(count: int, seed: str) -> list[tuple[int, ...]]:
+    if count <= 4:
+        return list(itertools.permutations(range(count)))
+    rng = random.Random(seed)
+    orders = {tuple(range(count)), tuple(reversed(range(count)))}
+    while len(orders) < 8:
+        order = list(range(count))
+        rng.shuffle(order)
+        orders.add(tuple(order))
+    return sorted(orders)
+
+
+MULTI = [s for s in SCENARIOS if len(s.documents) > 1]
+
+
+@pytest.mark.parametrize("scenario", MULTI, ids=[s.id for s in MULTI])
+async def test_ingest_order_does_not_change_facts_windows_or_labels(scenario) -> None:
+    outcomes = {}
+    for order in _orders(len(scenario.documents), scenario.id):
+        outcomes[order] = snapshot(await run_scenario(parse_extractor(), scenario, order))
+    first = next(iter(outcomes.values()))
+    assert all(outcome == first for outcome in outcomes.values()), outcomes

@@ -1,0 +1,164 @@
+"""The parse-backed reading of claims: transitions, negation, mood, conjuncts, attributes,
+and bad input that must neither crash nor hang."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from services.pipeline.domain.claims import ExtractionInput, Passage, extract_parsed_claims
+from services.pipeline.domain.facts import ClaimView, ParseRelationProvider, read_claim
+from services.pipeline.domain.reading import read
+
+SAID = dt.datetime(2026, 3, 10, 9, tzinfo=dt.UTC)
+
+
+def drafts(text: str, *, speaker: str | None = None, valid_from: dt.datetime | None = None):
+    view = ClaimView("c", text, speaker is not None, speaker, valid_from, None,
+                     "open" if valid_from else "unknown", None, SAID)
+    return read_claim(view)
+
+
+def one(text: str, **kwargs):
+    found, reason = drafts(text, **kwargs)
+    assert len(found) == 1, (found, reason)
+    return found[0]
+
+
+def test_take_over_from_names_the_new_holder_and_the_old() -> None:
+    d = one("As of 1 January 2026, Kofi Mensah took over the on-call rotation for Orion from Lena Park.")
+    assert (d.kind, d.subject, d.predicate, d.object, d.change_kind) == (
+        "relation", "Kofi Mensah", "other:leads", "on-call rotation for Orion", "succession")
+    assert d.features["previous_holder"] == "Lena Park"
+
+
+def test_a_moved_thing_changes_place_and_a_moved_person_changes_team() -> None:
+    (before, place), _ = drafts("We migrated the Orion database from Frankfurt to Dublin on 20 February 2026.")
+    assert (place.subject, place.predicate, place.object, place.previous_object) == (
+        "Orion database", "located_in", "Dublin", "Frankfurt")
+    assert (before.object, before.features["until_claim"]) == ("Frankfurt", True)  # it was there until then
+    (_, team), _ = drafts("Ravi moved from the billing migration to the search team on 1 June 2026.")
+    assert (team.predicate, team.object, team.previous_object) == ("works_on", "search team", "billing migration")
+
+
+def test_a_value_change_is_a_canonical_attribute_that_supersedes() -> None:
+    d = one("Finance cut the Q3 marketing budget to 90,000 EUR on 15 July 2026.")
+    assert (d.kind, d.statement, d.change_kind) == ("observation", "Q3 marketing budget: 90,000 EUR", "succession")
+    assert d.features["state"] is True
+
+
+def test_conjoined_subjects_are_one_fact_each() -> None:
+    found, _ = drafts("Ada Novak and Brian Cole joined the security guild.")
+    assert [(d.subject, d.predicate, d.object) for d in found] == [
+        ("Ada Novak", "member_of", "security guild"), ("Brian Cole", "member_of", "security guild")]
+
+
+@pytest.mark.parametrize("text", [
+    "Bogdan is not the owner of the release checklist.",
+    "Ravi never owned the exporter.",
+])
+def test_negation_never_becomes_a_positive_fact(text: str) -> None:
+    d = one(text)
+    assert d.change_kind == "negation"
+
+
+def test_ends_close_a_relation() -> None:
+    for text in ("Jonas Weber stepped down as lead of the payments squad.", "Lukas Meyer left Acme Corp.",
+                 "Mira Ilic no longer works on the ledger service."):
+        d = one(text)
+        assert d.kind == "relation" and d.features.get("ends") is True, text
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("If Marco leaves, Ravi would own the billing exporter.", "not_a_fact:hypothetical"),
+    ("Who owns the data catalogue?", "not_a_fact:question"),
+])
+def test_non_facts_make_no_assertion(text: str, reason: str) -> None:
+    assert drafts(text) == ([], reason)
+
+
+def test_plans_are_observations_of_kind_plan() -> None:
+    d = one("Olga will take over the support rota next month.")
+    assert d.kind == "observation" and d.features["kind"] == "plan"
+
+
+def test_a_turn_is_the_speakers_testimony_and_reported_speech_a_stance() -> None:
+    own = one("Sam started at Nimbus Labs as a data engineer.", speaker="Sam")
+    assert (own.kind, own.predicate, own.object, own.features["attributed_to"]) == (
+        "relation", "works_for", "Nimbus Labs", "Sam")
+    reported = one("Ravi said the billing migration moves from June to October 2026.", speaker="Ravi")
+    assert reported.kind == "observation" and reported.features == {"stance_of": "Ravi"}
+
+
+def test_a_vague_date_after_it_was_said_is_a_plan_and_an_announced_day_a_scheduled_state() -> None:
+    view = ClaimView("c", "The sales team moves to the Lisbon office in August 2026.", False, None,
+                     dt.datetime(2026, 8, 1, tzinfo=dt.UTC), dt.datetime(2026, 8, 31, tzinfo=dt.UTC), "month",
+                     "event_time", SAID)
+    assert read_claim(view)[0][0].features.get("kind") == "plan"
+    d = one("Kofi Mensah took over the on-call rotation.", valid_from=dt.datetime(2026, 5, 1, tzinfo=dt.UTC))
+    assert (d.kind, d.change_kind) == ("relation", "succession")
+
+
+def test_passive_agent_is_the_holder() -> None:
+    d = one("The payments service is owned by the core team.")
+    assert (d.subject, d.predicate, d.object) == ("core team", "other:owns", "payments service")
+
+
+def run(document: str):
+    item = ExtractionInput(document, Passage("p", 0, len(document)), SAID, None)
+    return extract_parsed_claims(item)
+
+
+def test_turn_claims_carry_the_speaker_without_said_that_and_fragments_are_dropped() -> None:
+    claims, decisions = run("[t1 | 2026-03-02T10:00:00Z] Sam: I started at Nimbus Labs last week.\n\n"
+                            "[t2 | 2026-03-02T10:01:00Z] Melanie: My kids.\n")
+    assert [(c.claim_text, c.attributed_to) for c in claims] == [
+        ("Sam started at Nimbus Labs in the week of 23 February 2026.", "Sam")]
+    assert any(d.reason == "no_predicate" for d in decisions)
+
+
+def test_since_then_is_the_date_of_the_event_just_told() -> None:
+    claims, _ = run("On 9 February 2026 Mei Tanaka moved to the data platform team. Since then Priya leads "
+                    "Project Falcon.\n")
+    since = claims[-1]
+    assert since.claim_text == "Since 9 February 2026 Priya leads Project Falcon."
+    assert (since.valid_from, since.valid_precision) == (dt.datetime(2026, 2, 9, tzinfo=dt.UTC), "open")
+
+
+def test_since_then_without_an_event_is_kept_as_spoken_and_flagged() -> None:
+    claims, decisions = run("Since then Priya leads Project Falcon.\n")
+    assert claims[0].valid_precision == "unknown" and claims[0].kept_flagged
+    assert any(d.reason == "unresolved_date" for d in decisions)
+
+
+@pytest.mark.parametrize("document", [
+    "word " * 4000 + "\n",
+    "| owner | service |\n|---|---|\n| Ravi | exporter |\n",
+    "```\nRavi owns the exporter\nSELECT * FROM facts;\n```\n",
+    "Ravi 拥有 the exporter. Дана leads финансы. 🚀 Ravi owns the exporter 🎉.\n",
+    "Who owns it? Why? When does it ship? Is Ravi on call?\n",
+])
+async def test_bad_input_gives_a_named_outcome_and_no_crash(document: str) -> None:
+    claims, decisions = run(document)
+    for claim in claims:
+        assert claim.char_start < claim.char_end
+    views = [ClaimView(str(i), c.claim_text, c.is_attributed, c.attributed_to, c.valid_from, c.valid_until,
+                       c.valid_precision, c.valid_kind, SAID) for i, c in enumerate(claims)]
+    for found, reason in await ParseRelationProvider().normalize(views, frozenset()):
+        assert found or reason  # every statement has a named outcome
+    if document.startswith("```"):
+        assert claims == []  # code is not a statement
+
+
+def test_reading_is_deterministic() -> None:
+    text = "Ines Duarte and Zoe Martin took over the growth squad from Marek Novak on 2 February 2026."
+    assert read(text) == read(text)
+
+
+def test_you_is_the_other_party_of_a_two_person_chat_only() -> None:
+    two, _ = run("[t1 | 2026-03-02T10:00:00Z] Ana: You are the owner of the release notes now.\n\n"
+                 "[t2 | 2026-03-02T10:01:00Z] Ben: Thanks.\n")
+    assert [(c.claim_text, c.attributed_to) for c in two] == [("Ben is the owner of the release notes now.", "Ana")]
+    three, decisions = run("Participants: Ana, Ben, Cy\n\n[t1 | 2026-03-02T10:00:00Z] Ana: You own the changelog.\n")
+    assert three == [] and any(d.reason == "unresolved_reference" for d in decisions)

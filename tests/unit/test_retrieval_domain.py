@@ -1,0 +1,72 @@
+"""Retrieval rules: question analysis and evidence fusion."""
+
+from __future__ import annotations
+
+import uuid
+
+from services.platform.text import query_tokens, tokens
+from services.retrieval.domain import (
+    EvidenceCandidates,
+    FusionWeights,
+    fuse_evidence,
+    is_temporal_question,
+    mentions_time,
+    name_keys,
+    weights_for,
+)
+
+
+def test_question_scaffolding_does_not_reach_bm25() -> None:
+    assert query_tokens("What did Tom say about the flat?") == ["tom", "flat"]
+    assert query_tokens("How long did Priya rest her calf?") == ["priya", "rest", "calf"]
+    assert query_tokens("How old is the oven?") == ["old", "oven"]  # the measure asked is kept
+    assert query_tokens("who what when, tell me!") == [] and query_tokens("😀🎉") == []
+    assert tokens("He said it was long.") == ["said", "long"]  # passages keep every content word
+
+
+def test_names_in_a_question() -> None:
+    assert name_keys("What is the name of Tom's landlady, Dona Graça?") == ["tom", "dona", "dona graca", "graca"]
+    assert name_keys("When did Priya move to Lisbon?") == ["priya", "lisbon"]
+    assert name_keys("what is it?") == []
+    assert len(name_keys("Zed " * 50_000)) <= 3  # a huge question is read only so far
+
+
+def test_temporal_questions_and_time_expressions() -> None:
+    for q in ("When did Tom fly?", "How long is the walk?", "By when must desks be packed?",
+              "Which month does it start?", "What's the deadline for the grant?"):
+        assert is_temporal_question(q), q
+    for q in ("What is the cat called?", "Who owns the exporter?", "How old is the oven?"):
+        assert not is_temporal_question(q), q
+    assert mentions_time("we start on the 5th of April") and mentions_time("about 25 minutes")
+    assert mentions_time("the half marathon in May") and not mentions_time("it may rain")
+    assert not mentions_time("[s1-1 | 2026-02-07T19:12:00Z] Priya: hey stranger")  # a turn head is no date
+
+
+def _ids(n: int) -> list[uuid.UUID]:
+    return [uuid.UUID(int=i + 1) for i in range(n)]
+
+
+def test_fusion_ranks_claims_and_passages_on_one_scale_with_shares_that_add_up() -> None:
+    c1, c2, c3, p1, p2 = _ids(5)
+    candidates = EvidenceCandidates(claims={"semantic": [c1, c2], "bm25": [c2, c3]},
+                                    chunks={"semantic": [p2, p1], "bm25": [p1]},
+                                    chunk_of={c1: p1, c2: p1, c3: p2}, named=frozenset({c3}),
+                                    dated=frozenset({p2}), temporal=True)
+    weights = FusionWeights(k=5, cross=0.5, entity_lift=0.5, temporal_lift=0.5)
+    claims, chunks = fuse_evidence(candidates, weights)
+    assert [f.item_id for f in claims][0] == c2  # found by both claim channels
+    assert {f.item_id for f in chunks} == {p1, p2}
+    for f in (*claims, *chunks):
+        assert abs(f.score - sum(f.signals.values())) < 1e-12
+    assert "entity" in next(f for f in claims if f.item_id == c3).signals
+    assert "temporal" in next(f for f in chunks if f.item_id == p2).signals
+    assert "passage" in next(f for f in claims if f.item_id == c1).signals
+
+    alone = FusionWeights(claim_semantic=0, claim_bm25=0, chunk_semantic=0, chunk_bm25=1)
+    claims, chunks = fuse_evidence(candidates, alone)
+    assert [f.item_id for f in chunks] == [p1, p2]  # the weighted channel's order first, then the rest
+    assert all(f.score == 0 for f in claims) and {f.item_id for f in claims} == {c1, c2, c3}  # still returned
+
+
+def test_each_kind_of_embedder_has_its_weights() -> None:
+    assert weights_for("hash-384-v1") is not weights_for("sentence-transformers/all-MiniLM-L6-v2")
