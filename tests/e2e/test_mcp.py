@@ -22,6 +22,8 @@ from tests.support import REPO, gateway_stack, service_env
 
 RS_TOOLS = ["ingest", "pipeline_readiness", "delete_document", "resolve_entity", "claims_and_sources_context",
             "facts_context", "combined_context"]
+SQL_TOOLS = ["query_sql", "explain_sql", "describe_query_space", "search_query_space", "list_saved_queries",
+             "describe_saved_query", "run_saved_query"]
 OWN_TOOLS = ["graph_neighborhood", "graph_path", "search_claims", "recent_changes"]
 NOTE = "# Kickoff\n\nRavi Shanker owns the billing exporter.\n\nDana Kim reports to Ravi Shanker.\n"
 
@@ -61,7 +63,7 @@ async def test_stdio_lists_the_tools_and_calls_each_kind(base: str) -> None:
     async with await _stdio_session(base) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         listed = [t.name for t in (await session.list_tools()).tools]
-        assert listed == RS_TOOLS + OWN_TOOLS  # SQL tools appear once /deployment lists them
+        assert listed == RS_TOOLS + SQL_TOOLS + OWN_TOOLS  # the SQL tools as /deployment lists them
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert tools["delete_document"].annotations.destructiveHint is True
         assert tools["facts_context"].annotations.readOnlyHint is True
@@ -157,7 +159,7 @@ def test_streamable_http_serves_the_same_tools_and_passes_the_callers_key_throug
                 return names, payload(await session.call_tool("resolve_entity", {"name": "Dana Kim"}))
 
         names, resolved = asyncio.run(go())
-        assert names == RS_TOOLS + OWN_TOOLS
+        assert names == RS_TOOLS + SQL_TOOLS + OWN_TOOLS
         assert resolved["entities"][0]["canonical_name"] == "Dana Kim"
 
         # Once a key exists the stack is closed: the caller's own key passes through.
