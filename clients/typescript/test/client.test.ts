@@ -1,15 +1,8 @@
 // End-to-end tests of the SDK against a real stack started with `testament up`.
 
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 
 import { createConnectTransport } from "@connectrpc/connect-node";
 
@@ -24,75 +17,12 @@ import {
   type ServiceName,
   type TestamentClient,
 } from "../src/index.js";
+import { startStack, type Stack } from "./stack.js";
 
-const REPO = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../..");
-const TESTAMENT = join(REPO, ".venv/bin/testament");
-const STARTUP_TIMEOUT_MS = 90_000;
-const SHUTDOWN_TIMEOUT_MS = 30_000;
 const SERVICES = ["ingest", "pipeline", "retrieval", "graph", "queryspace"] as const;
 
-interface Stack {
-  gatewayUrl: string;
-  /** name -> "host:port" from the `Testament is up:` line (the five services and the gateway's gRPC port). */
-  addresses: Record<string, string>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const server = createServer();
-    server.once("error", fail);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => (port > 0 ? ok(port) : fail(new Error("no port"))));
-    });
-  });
-}
-
-function cleanEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (key.startsWith("TESTAMENT_") || key === "DATABASE_URL") {
-      continue;
-    }
-    env[key] = value;
-  }
-  return env;
-}
-
-function parseUpLine(line: string): Stack {
-  const url = /^Testament is up: (http:\/\/[^\s]+) \(([^)]*)\)/.exec(line);
-  if (url === null || url[1] === undefined || url[2] === undefined) {
-    throw new Error(`unexpected startup line: ${line}`);
-  }
-  const addresses: Record<string, string> = {};
-  for (const pair of url[2].matchAll(/(\w+)=(\S+:\d+)/g)) {
-    if (pair[1] !== undefined && pair[2] !== undefined) {
-      addresses[pair[1]] = pair[2];
-    }
-  }
-  return { gatewayUrl: url[1], addresses };
-}
-
-let child: ChildProcess | undefined;
-let exited: Promise<number | null> | undefined;
-let dataDir: string | undefined;
 let stack: Stack;
-let stderrTail = "";
 const clients: TestamentClient[] = [];
-
-function killGroup(signal: NodeJS.Signals): void {
-  if (child?.pid !== undefined && child.exitCode === null && child.signalCode === null) {
-    try {
-      process.kill(-child.pid, signal); // the launcher and the services/PostgreSQL it started
-    } catch {
-      // already gone
-    }
-  }
-}
-
-// A crashed test run must not leave the stack behind.
-process.on("exit", () => killGroup("SIGKILL"));
 
 function client(service: ServiceName | "all"): TestamentClient {
   const endpoint = (name: string): string => {
@@ -113,76 +43,14 @@ function client(service: ServiceName | "all"): TestamentClient {
 }
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "testament-ts-"));
-  const gatewayPort = await freePort();
-  const proc = spawn(TESTAMENT, ["up", "--data-dir", dataDir, "--gateway-port", String(gatewayPort)], {
-    cwd: REPO,
-    env: cleanEnv(),
-    stdio: ["ignore", "pipe", "pipe"],
-    detached: true, // own process group, so a stuck stack can be killed as a whole
-  });
-  child = proc;
-  exited = new Promise((ok) => proc.once("exit", (code) => ok(code)));
-  proc.stderr?.setEncoding("utf8");
-  proc.stderr?.on("data", (text: string) => {
-    stderrTail = (stderrTail + text).slice(-4000);
-  });
-  const lines = createInterface({ input: proc.stdout! });
-  try {
-    stack = await new Promise<Stack>((ok, fail) => {
-      const timer = setTimeout(() => fail(new Error(`no "Testament is up:" line after ${STARTUP_TIMEOUT_MS} ms`)), STARTUP_TIMEOUT_MS);
-      proc.once("error", (err) => {
-        clearTimeout(timer);
-        fail(err);
-      });
-      proc.once("exit", (code) => {
-        clearTimeout(timer);
-        fail(new Error(`testament up exited with code ${code} before it was up`));
-      });
-      lines.on("line", (line) => {
-        if (line.startsWith("Testament is up:")) {
-          clearTimeout(timer);
-          try {
-            ok(parseUpLine(line));
-          } catch (err) {
-            fail(err);
-          }
-        }
-      });
-    });
-  } catch (err) {
-    killGroup("SIGKILL");
-    throw new Error(`${(err as Error).message}\n--- testament up stderr (tail) ---\n${stderrTail}`);
-  }
+  stack = await startStack();
 });
 
 after(async () => {
   for (const c of clients) {
     c.close();
   }
-  try {
-    if (child !== undefined && exited !== undefined && child.exitCode === null && child.signalCode === null) {
-      child.kill("SIGINT"); // Ctrl-C: the launcher drains and stops everything it started
-      let timer: NodeJS.Timeout | undefined;
-      const code = await Promise.race([
-        exited,
-        new Promise<"timeout">((ok) => {
-          timer = setTimeout(() => ok("timeout"), SHUTDOWN_TIMEOUT_MS);
-        }),
-      ]);
-      clearTimeout(timer);
-      if (code === "timeout") {
-        killGroup("SIGKILL");
-        await exited;
-      }
-      assert.equal(code, 0, `testament up did not exit cleanly; stderr tail:\n${stderrTail}`);
-    }
-  } finally {
-    killGroup("SIGKILL");
-    if (dataDir !== undefined) {
-      await rm(dataDir, { recursive: true, force: true });
-    }
-  }
+  await stack.stop();
 });
 
 describe("testament stack", () => {
