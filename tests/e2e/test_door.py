@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -202,6 +203,58 @@ def test_sigterm_drains_what_was_accepted_and_sheds_the_rest(services: Services,
         assert gw.proc.wait(30) == code
         if code:
             assert "1 request(s) were still running" in gw.log_path.read_text()
+
+
+LOAD_S = float(os.environ.get("TESTAMENT_LOAD_S", "20"))
+
+
+def test_under_load_every_answer_is_a_result_or_a_documented_refusal_and_sigterm_drains(services: Services) -> None:
+    """200 concurrent clients on loopback for LOAD_S seconds (60 in the issue; bounded here
+    for the suite), with admission and in-flight limits low enough to be hit: every
+    request gets 200, 429 or 503, no connection is dropped; then SIGTERM under load ends
+    with every accepted request answered and exit 0."""
+    import signal
+    from collections import Counter
+
+    env = {"TESTAMENT_ADMISSION_SPACE_PER_MINUTE": "6000", "TESTAMENT_GATEWAY_MAX_IN_FLIGHT": "64",
+           "TESTAMENT_SHUTDOWN_GRACE_S": "15"}
+    with run_gateway(services.dsn, services.tmp, extra_env=env, **services.addrs) as gw:
+        base = f"http://127.0.0.1:{gw.extra['http']}"
+
+        async def load(seconds: float, stop_at: float | None) -> Counter[object]:
+            seen: Counter[object] = Counter()
+            deadline = time.monotonic() + seconds
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as http:
+                async def client() -> None:
+                    while time.monotonic() < deadline:
+                        try:
+                            reply = await http.get("/resolve", params={"name": "Ravi"})
+                            seen[reply.status_code] += 1
+                        except httpx.HTTPError as exc:
+                            if stop_at is not None and time.monotonic() >= stop_at:
+                                seen["closed after sigterm"] += 1
+                                return  # the listener is gone once the drain finished
+                            seen[type(exc).__name__] += 1
+
+                async def terminate() -> None:
+                    if stop_at is not None:
+                        await asyncio.sleep(stop_at - time.monotonic())
+                        gw.proc.send_signal(signal.SIGTERM)
+
+                await asyncio.gather(terminate(), *(client() for _ in range(200)))
+            return seen
+
+        seen = asyncio.run(load(LOAD_S, None))
+        print(f"\n200 clients for {LOAD_S:.0f} s: {dict(seen)}")
+        assert set(seen) <= {200, 429, 503}, seen
+        assert seen[200] > 0 and (seen[429] or seen[503])
+
+        started = time.monotonic()
+        drained = asyncio.run(load(8.0, started + 3.0))
+        print(f"SIGTERM under load: {dict(drained)}")
+        assert set(drained) <= {200, 429, 503, "closed after sigterm"}, drained
+        assert gw.proc.wait(30) == 0
 
 
 def test_the_credential_comes_before_routing_and_revocation_is_immediate(services: Services) -> None:
