@@ -42,7 +42,7 @@ $(CHROMIUM):
 install: $(STAMP) $(NODE_STAMP) $(REMEMBER_VENV)/.installed $(CHROMIUM)
 
 run: $(STAMP)
-	$(BIN)/testament up --data-dir .data --gateway-port 8000
+	$(BIN)/testament up --data-dir .data --gateway-port 8000 --gateway-grpc-port 8001
 
 generate: $(STAMP) $(NODE_STAMP)
 	bash scripts/generate.sh

@@ -1,6 +1,6 @@
 """The ``testament`` operator command.
 
-    testament up [--data-dir DIR] [--gateway-port PORT]   the whole stack, foreground
+    testament up [--data-dir DIR] [--gateway-port PORT] [--gateway-grpc-port PORT]   the whole stack
     testament migrate                                       apply pending migrations
     testament serve SERVICE                                 one service process
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
@@ -31,6 +31,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         overrides["data_dir"] = Path(args.data_dir)
     if args.gateway_port is not None:
         overrides["gateway_port"] = args.gateway_port
+    if args.gateway_grpc_port is not None:
+        overrides["gateway_grpc_port"] = args.gateway_grpc_port
     settings = load_settings(**overrides)
     return up(settings, data_dir=settings.data_dir, gateway_port=settings.gateway_port)
 
@@ -321,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     p_up = sub.add_parser("up", help="start the whole stack in the foreground")
     p_up.add_argument("--data-dir", help="PostgreSQL data and objects live here (default .data)")
     p_up.add_argument("--gateway-port", type=int, help="HTTP port of the gateway (default 8000)")
+    p_up.add_argument("--gateway-grpc-port", type=int,
+                      help="the gateway's gRPC port, the one address of every RPC (default: a free port)")
     p_up.set_defaults(func=_cmd_up)
 
     sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_cmd_migrate)
