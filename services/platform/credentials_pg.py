@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 from uuid import UUID
 
 from services.platform.auth import Caller, CredentialLookup, Scope, hash_key, new_key
@@ -119,4 +120,22 @@ class PgCredentials(CredentialLookup):
                           AS live_keys
                  FROM spaces s ORDER BY s.created_at, s.slug""")
         return [{**dict(r), "space_id": str(r["space_id"]), "created_at": r["created_at"].isoformat()} for r in rows]
+
+    async def create_key_in(self, space_id: UUID, *, scope: Scope, principals: list[str], trusted: bool,
+                            label: str) -> tuple[str, Caller]:
+        """Issue a key in a space given by id (the admin RPC's: always the caller's own)."""
+        slug = await self._db.fetchval("SELECT slug FROM spaces WHERE space_id = $1", space_id)
+        return await self.create_key(scope=scope, space_slug=slug, principals=principals, trusted=trusted,
+                                     label=label)
+
+    async def keys_of(self, space_id: UUID) -> list[Any]:
+        return await self._db.fetch(
+            """SELECT credential_id, key_prefix, scope, principals, trusted, label, created_at, revoked_at
+                 FROM credentials WHERE space_id = $1 ORDER BY created_at, credential_id""", space_id)
+
+    async def revoke_in(self, space_id: UUID, credential_id: UUID) -> bool:
+        result = await self._db.execute(
+            """UPDATE credentials SET revoked_at = clock_timestamp()
+                WHERE credential_id = $1 AND space_id = $2 AND revoked_at IS NULL""", credential_id, space_id)
+        return result.endswith(" 1")
 

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 
 import grpc
 from testament.common.v1 import deployment_pb2
 
-from services.platform.auth import Authenticator, Scope
+from services.platform.auth import Authenticator, Scope, require_caller
+from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
-from services.platform.errors import Unavailable
+from services.platform.errors import (
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+    ValidationFailed,
+)
+from services.platform.wire import timestamp
 
 # MCP tool -> tool version, for the tools whose routes this release actually serves.
 # The real `remember` MCP server renders a tool only when its version matches, so a
@@ -70,6 +80,55 @@ class DeploymentServicer:
         if caller.credential_id is not None:
             reply.credential_id = str(caller.credential_id)
         return reply
+
+    # --- keys of the caller's own space ----------------------------------------------
+
+    def _credentials(self) -> PgCredentials:
+        if self._db is None:
+            raise Unavailable("this process does not manage keys", reason="NOT_SERVED")
+        return PgCredentials(self._db)
+
+    async def CreateKey(
+        self, request: deployment_pb2.CreateKeyRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.CreateKeyResponse:
+        caller = require_caller()
+        if request.scope not in ("read", "ingest", "write"):
+            raise InvalidArgument("scope must be read, ingest or write", reason="INVALID_SCOPE")
+        if len(request.label) > 200:
+            raise InvalidArgument("label must be at most 200 characters", reason="INVALID_LABEL")
+        wanted = set(request.principals)
+        if caller.principals is not None and (request.trusted or not wanted <= caller.principals):
+            raise PermissionDenied("a key cannot see more than the key that issues it",
+                                   reason="KEY_WIDER_THAN_CALLER")
+        key, issued = await self._credentials().create_key_in(
+            caller.space_id, scope=Scope(request.scope), principals=sorted(wanted), trusted=request.trusted,
+            label=request.label)
+        return deployment_pb2.CreateKeyResponse(key=key, credential_id=str(issued.credential_id))
+
+    async def ListKeys(
+        self, request: deployment_pb2.ListKeysRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.ListKeysResponse:
+        reply = deployment_pb2.ListKeysResponse()
+        for row in await self._credentials().keys_of(require_caller().space_id):
+            item = reply.keys.add(credential_id=str(row["credential_id"]), key_prefix=row["key_prefix"],
+                                  scope=row["scope"], principals=list(row["principals"]), trusted=row["trusted"],
+                                  label=row["label"])
+            item.created_at.CopyFrom(timestamp(row["created_at"]))
+            if row["revoked_at"] is not None:
+                item.revoked_at.CopyFrom(timestamp(row["revoked_at"]))
+        return reply
+
+    async def RevokeKey(
+        self, request: deployment_pb2.RevokeKeyRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.RevokeKeyResponse:
+        try:
+            credential = uuid.UUID(request.credential_id)
+        except ValueError:
+            raise ValidationFailed([FieldViolation("credential_id", "Input should be a valid UUID", "uuid_parsing",
+                                                   request.credential_id)]) from None
+        if not await self._credentials().revoke_in(require_caller().space_id, credential):
+            raise NotFound("no live key with that id in this space", reason="KEY_NOT_FOUND")
+        return deployment_pb2.RevokeKeyResponse(credential_id=str(credential))
 
     async def CheckHealth(
         self, request: deployment_pb2.CheckHealthRequest, context: grpc.aio.ServicerContext

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -216,3 +217,206 @@ class CheckHealthResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckHealthResponse: _TypeAlias = CheckHealthResponse  # noqa: Y015
+
+@_typing.final
+class CreateKeyRequest(_message.Message):
+    """CreateKeyRequest: the new key's powers, within the caller's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    PRINCIPALS_FIELD_NUMBER: _builtins.int
+    TRUSTED_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    scope: _builtins.str
+    """read | ingest | write."""
+    trusted: _builtins.bool
+    """Sees every document of the space."""
+    label: _builtins.str
+    """A label for operators; <= 200 chars."""
+    @_builtins.property
+    def principals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The principals the key sees (documents whose ACL shares one); [] with trusted."""
+
+    def __init__(
+        self,
+        *,
+        scope: _builtins.str = ...,
+        principals: _abc.Iterable[_builtins.str] | None = ...,
+        trusted: _builtins.bool = ...,
+        label: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "principals", b"principals", "scope", b"scope", "trusted", b"trusted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateKeyRequest: _TypeAlias = CreateKeyRequest  # noqa: Y015
+
+@_typing.final
+class CreateKeyResponse(_message.Message):
+    """CreateKeyResponse: the key, shown once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """The clear key (`tsk_…`); never stored, never shown again."""
+    credential_id: _builtins.str
+    """The credential id (for ListKeys / RevokeKey)."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        credential_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_id", b"credential_id", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateKeyResponse: _TypeAlias = CreateKeyResponse  # noqa: Y015
+
+@_typing.final
+class ListKeysRequest(_message.Message):
+    """ListKeysRequest takes no arguments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListKeysRequest: _TypeAlias = ListKeysRequest  # noqa: Y015
+
+@_typing.final
+class ListKeysResponse(_message.Message):
+    """ListKeysResponse: the caller's space's keys, oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeySummary]:
+        """One per key."""
+
+    def __init__(
+        self,
+        *,
+        keys: _abc.Iterable[Global___KeySummary] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListKeysResponse: _TypeAlias = ListKeysResponse  # noqa: Y015
+
+@_typing.final
+class KeySummary(_message.Message):
+    """KeySummary: a key without its secret."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
+    KEY_PREFIX_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    PRINCIPALS_FIELD_NUMBER: _builtins.int
+    TRUSTED_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    credential_id: _builtins.str
+    """Credential id."""
+    key_prefix: _builtins.str
+    """The first 8 characters of the key."""
+    scope: _builtins.str
+    """read | ingest | write."""
+    trusted: _builtins.bool
+    """Sees every document of the space."""
+    label: _builtins.str
+    """Operator label."""
+    @_builtins.property
+    def principals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Principals; [] when trusted."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was issued."""
+
+    @_builtins.property
+    def revoked_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was revoked; null while live."""
+
+    def __init__(
+        self,
+        *,
+        credential_id: _builtins.str = ...,
+        key_prefix: _builtins.str = ...,
+        scope: _builtins.str = ...,
+        principals: _abc.Iterable[_builtins.str] | None = ...,
+        trusted: _builtins.bool = ...,
+        label: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        revoked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "revoked_at", b"revoked_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "credential_id", b"credential_id", "key_prefix", b"key_prefix", "label", b"label", "principals", b"principals", "revoked_at", b"revoked_at", "scope", b"scope", "trusted", b"trusted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeySummary: _TypeAlias = KeySummary  # noqa: Y015
+
+@_typing.final
+class RevokeKeyRequest(_message.Message):
+    """RevokeKeyRequest: which key."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
+    credential_id: _builtins.str
+    """Credential id (UUID)."""
+    def __init__(
+        self,
+        *,
+        credential_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_id", b"credential_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeKeyRequest: _TypeAlias = RevokeKeyRequest  # noqa: Y015
+
+@_typing.final
+class RevokeKeyResponse(_message.Message):
+    """RevokeKeyResponse: the key revoked."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDENTIAL_ID_FIELD_NUMBER: _builtins.int
+    credential_id: _builtins.str
+    """Credential id."""
+    def __init__(
+        self,
+        *,
+        credential_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_id", b"credential_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeKeyResponse: _TypeAlias = RevokeKeyResponse  # noqa: Y015

@@ -59,6 +59,21 @@ class DeploymentServiceStub:
                 request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.SerializeToString,
                 response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.FromString,
                 _registered_method=True)
+        self.CreateKey = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/CreateKey',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyResponse.FromString,
+                _registered_method=True)
+        self.ListKeys = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/ListKeys',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
+        self.RevokeKey = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/RevokeKey',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.FromString,
+                _registered_method=True)
 
 
 class DeploymentServiceServicer:
@@ -109,6 +124,39 @@ class DeploymentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateKey(self, request, context):
+        """Issues an API key in the caller's own space (gRPC and the gateway's
+        Connect face; operators also have `testament keys create`). The clear key
+        is in the response once and never stored. A caller bound to principals
+        may only issue keys for a subset of them, never a trusted one.
+        Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
+        read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
+        trusted key or principals outside the caller's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKeys(self, request, context):
+        """The keys of the caller's own space (prefix, scope, principals, state;
+        never a key).
+        Errors: none beyond the common ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeKey(self, request, context):
+        """Revokes a key of the caller's own space; it is refused from its next
+        request on. Revoking the last key never opens the stack again.
+        Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
+        revoked key, or one of another space (never told apart);
+        INVALID_ARGUMENT for a non-UUID credential_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeploymentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +174,21 @@ def add_DeploymentServiceServicer_to_server(servicer, server):
                     servicer.Authenticate,
                     request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.FromString,
                     response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'CreateKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateKey,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyResponse.SerializeToString,
+            ),
+            'ListKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKeys,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'RevokeKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeKey,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +282,87 @@ class DeploymentService:
             '/testament.common.v1.DeploymentService/Authenticate',
             testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateRequest.SerializeToString,
             testament_dot_common_dot_v1_dot_deployment__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/CreateKey',
+            testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.CreateKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/ListKeys',
+            testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/RevokeKey',
+            testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

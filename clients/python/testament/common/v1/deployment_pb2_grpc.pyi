@@ -66,6 +66,27 @@ class DeploymentServiceStub:
     Errors: 401 `a perimeter credential is required` / `perimeter
     authentication failed` (UNAUTHENTICATED).
     """
+    CreateKey: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.CreateKeyRequest, _deployment_pb2.CreateKeyResponse]
+    """Issues an API key in the caller's own space (gRPC and the gateway's
+    Connect face; operators also have `testament keys create`). The clear key
+    is in the response once and never stored. A caller bound to principals
+    may only issue keys for a subset of them, never a trusted one.
+    Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
+    read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
+    trusted key or principals outside the caller's.
+    """
+    ListKeys: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.ListKeysRequest, _deployment_pb2.ListKeysResponse]
+    """The keys of the caller's own space (prefix, scope, principals, state;
+    never a key).
+    Errors: none beyond the common ones.
+    """
+    RevokeKey: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.RevokeKeyRequest, _deployment_pb2.RevokeKeyResponse]
+    """Revokes a key of the caller's own space; it is refused from its next
+    request on. Revoking the last key never opens the stack again.
+    Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
+    revoked key, or one of another space (never told apart);
+    INVALID_ARGUMENT for a non-UUID credential_id.
+    """
 
 @_typing.type_check_only
 class DeploymentServiceAsyncStub(DeploymentServiceStub):
@@ -104,6 +125,27 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     the default space.
     Errors: 401 `a perimeter credential is required` / `perimeter
     authentication failed` (UNAUTHENTICATED).
+    """
+    CreateKey: _aio.UnaryUnaryMultiCallable[_deployment_pb2.CreateKeyRequest, _deployment_pb2.CreateKeyResponse]  # type: ignore[assignment]
+    """Issues an API key in the caller's own space (gRPC and the gateway's
+    Connect face; operators also have `testament keys create`). The clear key
+    is in the response once and never stored. A caller bound to principals
+    may only issue keys for a subset of them, never a trusted one.
+    Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
+    read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
+    trusted key or principals outside the caller's.
+    """
+    ListKeys: _aio.UnaryUnaryMultiCallable[_deployment_pb2.ListKeysRequest, _deployment_pb2.ListKeysResponse]  # type: ignore[assignment]
+    """The keys of the caller's own space (prefix, scope, principals, state;
+    never a key).
+    Errors: none beyond the common ones.
+    """
+    RevokeKey: _aio.UnaryUnaryMultiCallable[_deployment_pb2.RevokeKeyRequest, _deployment_pb2.RevokeKeyResponse]  # type: ignore[assignment]
+    """Revokes a key of the caller's own space; it is refused from its next
+    request on. Revoking the last key never opens the stack again.
+    Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
+    revoked key, or one of another space (never told apart);
+    INVALID_ARGUMENT for a non-UUID credential_id.
     """
 
 class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -158,6 +200,45 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         the default space.
         Errors: 401 `a perimeter credential is required` / `perimeter
         authentication failed` (UNAUTHENTICATED).
+        """
+
+    @_abc_1.abstractmethod
+    def CreateKey(
+        self,
+        request: _deployment_pb2.CreateKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.CreateKeyResponse, _abc.Awaitable[_deployment_pb2.CreateKeyResponse]]:
+        """Issues an API key in the caller's own space (gRPC and the gateway's
+        Connect face; operators also have `testament keys create`). The clear key
+        is in the response once and never stored. A caller bound to principals
+        may only issue keys for a subset of them, never a trusted one.
+        Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
+        read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
+        trusted key or principals outside the caller's.
+        """
+
+    @_abc_1.abstractmethod
+    def ListKeys(
+        self,
+        request: _deployment_pb2.ListKeysRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.ListKeysResponse, _abc.Awaitable[_deployment_pb2.ListKeysResponse]]:
+        """The keys of the caller's own space (prefix, scope, principals, state;
+        never a key).
+        Errors: none beyond the common ones.
+        """
+
+    @_abc_1.abstractmethod
+    def RevokeKey(
+        self,
+        request: _deployment_pb2.RevokeKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.RevokeKeyResponse, _abc.Awaitable[_deployment_pb2.RevokeKeyResponse]]:
+        """Revokes a key of the caller's own space; it is refused from its next
+        request on. Revoking the last key never opens the stack again.
+        Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
+        revoked key, or one of another space (never told apart);
+        INVALID_ARGUMENT for a non-UUID credential_id.
         """
 
 def add_DeploymentServiceServicer_to_server(servicer: DeploymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

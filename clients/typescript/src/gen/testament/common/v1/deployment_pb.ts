@@ -5,6 +5,8 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_testament_common_v1_options } from "./options_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/common/v1/deployment.proto.
  */
 export const file_testament_common_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAky9wIKEURlcGxveW1lbnRTZXJ2aWNlEn8KDUdldERlcGxveW1lbnQSKS50ZXN0YW1lbnQuY29tbW9uLnYxLkdldERlcGxveW1lbnRSZXF1ZXN0GioudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UiF4i1GAKC0+STAg0SCy9kZXBsb3ltZW50EnYKC0NoZWNrSGVhbHRoEicudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlcXVlc3QaKC50ZXN0YW1lbnQuY29tbW9uLnYxLkNoZWNrSGVhbHRoUmVzcG9uc2UiFIi1GAGC0+STAgoSCC9oZWFsdGh6EmkKDEF1dGhlbnRpY2F0ZRIoLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVxdWVzdBopLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_api_annotations, file_testament_common_v1_options]);
+  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAkiVQoQQ3JlYXRlS2V5UmVxdWVzdBINCgVzY29wZRgBIAEoCRISCgpwcmluY2lwYWxzGAIgAygJEg8KB3RydXN0ZWQYAyABKAgSDQoFbGFiZWwYBCABKAkiNwoRQ3JlYXRlS2V5UmVzcG9uc2USCwoDa2V5GAEgASgJEhUKDWNyZWRlbnRpYWxfaWQYAiABKAkiEQoPTGlzdEtleXNSZXF1ZXN0IkEKEExpc3RLZXlzUmVzcG9uc2USLQoEa2V5cxgBIAMoCzIfLnRlc3RhbWVudC5jb21tb24udjEuS2V5U3VtbWFyeSLaAQoKS2V5U3VtbWFyeRIVCg1jcmVkZW50aWFsX2lkGAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSDQoFc2NvcGUYAyABKAkSEgoKcHJpbmNpcGFscxgEIAMoCRIPCgd0cnVzdGVkGAUgASgIEg0KBWxhYmVsGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKEFJldm9rZUtleVJlcXVlc3QSFQoNY3JlZGVudGlhbF9pZBgBIAEoCSIqChFSZXZva2VLZXlSZXNwb25zZRIVCg1jcmVkZW50aWFsX2lkGAEgASgJMpoFChFEZXBsb3ltZW50U2VydmljZRJ/Cg1HZXREZXBsb3ltZW50EikudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVxdWVzdBoqLnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlIheItRgCgtPkkwINEgsvZGVwbG95bWVudBJ2CgtDaGVja0hlYWx0aBInLnRlc3RhbWVudC5jb21tb24udjEuQ2hlY2tIZWFsdGhSZXF1ZXN0GigudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlc3BvbnNlIhSItRgBgtPkkwIKEggvaGVhbHRoehJpCgxBdXRoZW50aWNhdGUSKC50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlcXVlc3QaKS50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlc3BvbnNlIgSItRgBEmAKCUNyZWF0ZUtleRIlLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVxdWVzdBomLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVzcG9uc2UiBIi1GAQSXQoITGlzdEtleXMSJC50ZXN0YW1lbnQuY29tbW9uLnYxLkxpc3RLZXlzUmVxdWVzdBolLnRlc3RhbWVudC5jb21tb24udjEuTGlzdEtleXNSZXNwb25zZSIEiLUYBBJgCglSZXZva2VLZXkSJS50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlcXVlc3QaJi50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlc3BvbnNlIgSItRgEYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_testament_common_v1_options]);
 
 /**
  * AuthenticateRequest: the credential travels as `authorization` metadata.
@@ -173,6 +175,224 @@ export const CheckHealthResponseSchema: GenMessage<CheckHealthResponse> = /*@__P
   messageDesc(file_testament_common_v1_deployment, 5);
 
 /**
+ * CreateKeyRequest: the new key's powers, within the caller's.
+ *
+ * @generated from message testament.common.v1.CreateKeyRequest
+ */
+export type CreateKeyRequest = Message<"testament.common.v1.CreateKeyRequest"> & {
+  /**
+   * read | ingest | write.
+   *
+   * @generated from field: string scope = 1;
+   */
+  scope: string;
+
+  /**
+   * The principals the key sees (documents whose ACL shares one); [] with trusted.
+   *
+   * @generated from field: repeated string principals = 2;
+   */
+  principals: string[];
+
+  /**
+   * Sees every document of the space.
+   *
+   * @generated from field: bool trusted = 3;
+   */
+  trusted: boolean;
+
+  /**
+   * A label for operators; <= 200 chars.
+   *
+   * @generated from field: string label = 4;
+   */
+  label: string;
+};
+
+/**
+ * Describes the message testament.common.v1.CreateKeyRequest.
+ * Use `create(CreateKeyRequestSchema)` to create a new message.
+ */
+export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 6);
+
+/**
+ * CreateKeyResponse: the key, shown once.
+ *
+ * @generated from message testament.common.v1.CreateKeyResponse
+ */
+export type CreateKeyResponse = Message<"testament.common.v1.CreateKeyResponse"> & {
+  /**
+   * The clear key (`tsk_…`); never stored, never shown again.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The credential id (for ListKeys / RevokeKey).
+   *
+   * @generated from field: string credential_id = 2;
+   */
+  credentialId: string;
+};
+
+/**
+ * Describes the message testament.common.v1.CreateKeyResponse.
+ * Use `create(CreateKeyResponseSchema)` to create a new message.
+ */
+export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 7);
+
+/**
+ * ListKeysRequest takes no arguments.
+ *
+ * @generated from message testament.common.v1.ListKeysRequest
+ */
+export type ListKeysRequest = Message<"testament.common.v1.ListKeysRequest"> & {
+};
+
+/**
+ * Describes the message testament.common.v1.ListKeysRequest.
+ * Use `create(ListKeysRequestSchema)` to create a new message.
+ */
+export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 8);
+
+/**
+ * ListKeysResponse: the caller's space's keys, oldest first.
+ *
+ * @generated from message testament.common.v1.ListKeysResponse
+ */
+export type ListKeysResponse = Message<"testament.common.v1.ListKeysResponse"> & {
+  /**
+   * One per key.
+   *
+   * @generated from field: repeated testament.common.v1.KeySummary keys = 1;
+   */
+  keys: KeySummary[];
+};
+
+/**
+ * Describes the message testament.common.v1.ListKeysResponse.
+ * Use `create(ListKeysResponseSchema)` to create a new message.
+ */
+export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 9);
+
+/**
+ * KeySummary: a key without its secret.
+ *
+ * @generated from message testament.common.v1.KeySummary
+ */
+export type KeySummary = Message<"testament.common.v1.KeySummary"> & {
+  /**
+   * Credential id.
+   *
+   * @generated from field: string credential_id = 1;
+   */
+  credentialId: string;
+
+  /**
+   * The first 8 characters of the key.
+   *
+   * @generated from field: string key_prefix = 2;
+   */
+  keyPrefix: string;
+
+  /**
+   * read | ingest | write.
+   *
+   * @generated from field: string scope = 3;
+   */
+  scope: string;
+
+  /**
+   * Principals; [] when trusted.
+   *
+   * @generated from field: repeated string principals = 4;
+   */
+  principals: string[];
+
+  /**
+   * Sees every document of the space.
+   *
+   * @generated from field: bool trusted = 5;
+   */
+  trusted: boolean;
+
+  /**
+   * Operator label.
+   *
+   * @generated from field: string label = 6;
+   */
+  label: string;
+
+  /**
+   * When it was issued.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 7;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When it was revoked; null while live.
+   *
+   * @generated from field: google.protobuf.Timestamp revoked_at = 8;
+   */
+  revokedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message testament.common.v1.KeySummary.
+ * Use `create(KeySummarySchema)` to create a new message.
+ */
+export const KeySummarySchema: GenMessage<KeySummary> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 10);
+
+/**
+ * RevokeKeyRequest: which key.
+ *
+ * @generated from message testament.common.v1.RevokeKeyRequest
+ */
+export type RevokeKeyRequest = Message<"testament.common.v1.RevokeKeyRequest"> & {
+  /**
+   * Credential id (UUID).
+   *
+   * @generated from field: string credential_id = 1;
+   */
+  credentialId: string;
+};
+
+/**
+ * Describes the message testament.common.v1.RevokeKeyRequest.
+ * Use `create(RevokeKeyRequestSchema)` to create a new message.
+ */
+export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 11);
+
+/**
+ * RevokeKeyResponse: the key revoked.
+ *
+ * @generated from message testament.common.v1.RevokeKeyResponse
+ */
+export type RevokeKeyResponse = Message<"testament.common.v1.RevokeKeyResponse"> & {
+  /**
+   * Credential id.
+   *
+   * @generated from field: string credential_id = 1;
+   */
+  credentialId: string;
+};
+
+/**
+ * Describes the message testament.common.v1.RevokeKeyResponse.
+ * Use `create(RevokeKeyResponseSchema)` to create a new message.
+ */
+export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 12);
+
+/**
  * DeploymentService reports what code and models serve this deployment, and
  * process health. Every Testament service process serves it (the gateway
  * routes GET /deployment and GET /healthz to any healthy process).
@@ -230,6 +450,48 @@ export const DeploymentService: GenService<{
     methodKind: "unary";
     input: typeof AuthenticateRequestSchema;
     output: typeof AuthenticateResponseSchema;
+  },
+  /**
+   * Issues an API key in the caller's own space (gRPC and the gateway's
+   * Connect face; operators also have `testament keys create`). The clear key
+   * is in the response once and never stored. A caller bound to principals
+   * may only issue keys for a subset of them, never a trusted one.
+   * Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
+   * read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
+   * trusted key or principals outside the caller's.
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.CreateKey
+   */
+  createKey: {
+    methodKind: "unary";
+    input: typeof CreateKeyRequestSchema;
+    output: typeof CreateKeyResponseSchema;
+  },
+  /**
+   * The keys of the caller's own space (prefix, scope, principals, state;
+   * never a key).
+   * Errors: none beyond the common ones.
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.ListKeys
+   */
+  listKeys: {
+    methodKind: "unary";
+    input: typeof ListKeysRequestSchema;
+    output: typeof ListKeysResponseSchema;
+  },
+  /**
+   * Revokes a key of the caller's own space; it is refused from its next
+   * request on. Revoking the last key never opens the stack again.
+   * Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
+   * revoked key, or one of another space (never told apart);
+   * INVALID_ARGUMENT for a non-UUID credential_id.
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.RevokeKey
+   */
+  revokeKey: {
+    methodKind: "unary";
+    input: typeof RevokeKeyRequestSchema;
+    output: typeof RevokeKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_testament_common_v1_deployment, 0);
