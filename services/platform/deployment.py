@@ -8,10 +8,11 @@ from collections.abc import Mapping
 import grpc
 from testament.common.v1 import deployment_pb2
 
-from services.platform.auth import Authenticator, Scope, require_caller
+from services.platform.auth import Authenticator, Caller, Scope, require_caller
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.errors import (
+    AlreadyExists,
     FieldViolation,
     InvalidArgument,
     NotFound,
@@ -129,6 +130,38 @@ class DeploymentServicer:
         if not await self._credentials().revoke_in(require_caller().space_id, credential):
             raise NotFound("no live key with that id in this space", reason="KEY_NOT_FOUND")
         return deployment_pb2.RevokeKeyResponse(credential_id=str(credential))
+
+    async def _is_operator(self, caller: Caller) -> bool:
+        """The deployment's operator: a trusted writer of the default space (any caller of an
+        open stack is one)."""
+        return (caller.principals is None and caller.scope is Scope.WRITE
+                and caller.space_id == await self._credentials().default_space())
+
+    async def CreateSpace(
+        self, request: deployment_pb2.CreateSpaceRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.CreateSpaceResponse:
+        if not await self._is_operator(require_caller()):
+            raise PermissionDenied("only the deployment's operator creates spaces", reason="OPERATOR_ONLY")
+        credentials = self._credentials()
+        try:
+            space = await credentials.create_space(request.slug, request.name or request.slug)
+        except ValueError as exc:
+            if "exists already" in str(exc):
+                raise AlreadyExists(str(exc), reason="SPACE_EXISTS") from None
+            raise InvalidArgument(str(exc), reason="INVALID_SLUG") from None
+        return deployment_pb2.CreateSpaceResponse(space_id=str(space), slug=request.slug)
+
+    async def ListSpaces(
+        self, request: deployment_pb2.ListSpacesRequest, context: grpc.aio.ServicerContext
+    ) -> deployment_pb2.ListSpacesResponse:
+        caller = require_caller()
+        operator = await self._is_operator(caller)
+        reply = deployment_pb2.ListSpacesResponse()
+        for row in await self._credentials().list_spaces():
+            if operator or row["space_id"] == str(caller.space_id):
+                reply.spaces.add(space_id=row["space_id"], slug=row["slug"], name=row["name"],
+                                 is_default=row["is_default"])
+        return reply
 
     async def CheckHealth(
         self, request: deployment_pb2.CheckHealthRequest, context: grpc.aio.ServicerContext

@@ -102,6 +102,12 @@ class NotFound(TestamentError):
     reason = "NOT_FOUND"
 
 
+class AlreadyExists(TestamentError):
+    code = Code.ALREADY_EXISTS
+    http_status = 409
+    reason = "ALREADY_EXISTS"
+
+
 class Conflict(TestamentError):
     code = Code.FAILED_PRECONDITION
     http_status = 409

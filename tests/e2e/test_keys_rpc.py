@@ -58,10 +58,23 @@ def test_keys_are_issued_listed_and_revoked_within_the_callers_space_only(door: 
             assert _reason(escalation.value) == "KEY_WIDER_THAN_CALLER"
         assert team_a.deployment.CreateKey(deployment_pb2.CreateKeyRequest(scope="read", principals=["team-a"])).key
 
-    # another space's writer sees none of these keys and cannot revoke them
-    made = subprocess.run([sys.executable, "-m", "services.cli", "spaces", "create", "other"], cwd=REPO,
-                          env=service_env(dsn), capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
+    # spaces: only the operator (a trusted writer of the default space) creates them
+    with Client(address, api_key=scoped.key) as team_a, pytest.raises(RPCError) as not_operator:
+        team_a.deployment.CreateSpace(deployment_pb2.CreateSpaceRequest(slug="nope"))
+    assert _reason(not_operator.value) == "OPERATOR_ONLY"
+    with Client(address, api_key=first.key) as operator:
+        made = operator.deployment.CreateSpace(deployment_pb2.CreateSpaceRequest(slug="other", name="Other team"))
+        assert made.slug == "other"
+        with pytest.raises(RPCError) as twice:
+            operator.deployment.CreateSpace(deployment_pb2.CreateSpaceRequest(slug="other"))
+        assert (twice.value.code.name, _reason(twice.value)) == ("ALREADY_EXISTS", "SPACE_EXISTS")
+        with pytest.raises(RPCError) as bad_slug:
+            operator.deployment.CreateSpace(deployment_pb2.CreateSpaceRequest(slug="Not A Slug"))
+        assert _reason(bad_slug.value) == "INVALID_SLUG"
+        assert {s.slug for s in operator.deployment.ListSpaces(deployment_pb2.ListSpacesRequest()).spaces} == {
+            "default", "other"}
+
+    # another space's writer sees none of these keys, cannot revoke them, and is told of no other space
     other = json.loads(subprocess.run([sys.executable, "-m", "services.cli", "keys", "create", "--scope", "write",
                                        "--space", "other", "--trusted"], cwd=REPO, env=service_env(dsn),
                                       capture_output=True, text=True, timeout=60).stdout)
@@ -74,6 +87,8 @@ def test_keys_are_issued_listed_and_revoked_within_the_callers_space_only(door: 
         with pytest.raises(RPCError) as unknown:
             stranger.deployment.RevokeKey(deployment_pb2.RevokeKeyRequest(credential_id=str(uuid.uuid4())))
         assert _reason(unknown.value) == "KEY_NOT_FOUND"  # the same answer: nothing is learnt
+        assert [s.slug for s in stranger.deployment.ListSpaces(deployment_pb2.ListSpacesRequest()).spaces] == [
+            "other"]
 
     with Client(address, api_key=first.key) as admin:
         admin.deployment.RevokeKey(deployment_pb2.RevokeKeyRequest(credential_id=reader.credential_id))

@@ -34,7 +34,8 @@ DSN: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def base(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     dsn = DSN["dsn"] = clone_database(pg)
-    with gateway_stack(dsn, tmp_path_factory.mktemp("mcp")) as (url, _, _):
+    services = ("ingest", "pipeline", "retrieval", "queryspace")
+    with gateway_stack(dsn, tmp_path_factory.mktemp("mcp"), services) as (url, _, _):
         reply = httpx.post(f"{url}/ingest", params={"filename": "kickoff.md", "mime": "text/markdown",
                                                     "source_kind": "file", "source_ref": "mcp/kickoff"},
                            content=NOTE.encode(), timeout=30).json()
@@ -86,6 +87,30 @@ async def test_stdio_lists_the_tools_and_calls_each_kind(base: str) -> None:
         assert not ready.isError and "ready" in payload(ready)
         changes = payload(await session.call_tool("recent_changes", {"wait_s": 1}))
         assert "changes" in changes and "cursor" in changes
+
+        # every other tool once, as an agent would call it
+        dana = payload(await session.call_tool("resolve_entity", {"name": "Dana Kim"}))["entities"][0]["entity_id"]
+        calls = {
+            "claims_and_sources_context": {"query": "who owns the billing exporter", "k": 5},
+            "combined_context": {"query": "billing exporter", "entity_ids": [ravi]},
+            "graph_path": {"from_entity_id": dana, "to_entity_id": ravi},
+            "describe_query_space": {"pattern": "facts*"},
+            "search_query_space": {"query": "current facts"},
+            "query_sql": {"sql": "SELECT fact_label FROM facts_current ORDER BY fact_label", "max_rows": 10},
+            "explain_sql": {"sql": "SELECT count(*) FROM facts_current"},
+            "list_saved_queries": {"namespace": "examples"},
+            "describe_saved_query": {"namespace": "examples", "name": "relation_current"},
+            "run_saved_query": {"namespace": "examples", "name": "relation_current", "parameters": [ravi]},
+        }
+        assert set(calls) | {"resolve_entity", "facts_context", "graph_neighborhood", "search_claims", "ingest",
+                             "pipeline_readiness", "recent_changes", "delete_document"} == set(listed)
+        for name, args in calls.items():
+            result = await session.call_tool(name, args)
+            assert not result.isError, (name, payload(result))
+        rows = payload(await session.call_tool("query_sql", calls["query_sql"]))
+        assert rows["termination_reason"] == "completed" and rows["rows"], rows
+        path = payload(await session.call_tool("graph_path", calls["graph_path"]))
+        assert path["paths"], path
 
         deleted = payload(await session.call_tool("delete_document", {"doc_id": ingested["doc_id"]}))
         assert deleted["doc_id"] == ingested["doc_id"]

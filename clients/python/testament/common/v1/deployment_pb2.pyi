@@ -420,3 +420,130 @@ class RevokeKeyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RevokeKeyResponse: _TypeAlias = RevokeKeyResponse  # noqa: Y015
+
+@_typing.final
+class CreateSpaceRequest(_message.Message):
+    """CreateSpaceRequest: the new space."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLUG_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    slug: _builtins.str
+    """^[a-z][a-z0-9-]{0,62}$."""
+    name: _builtins.str
+    """Display name; default the slug."""
+    def __init__(
+        self,
+        *,
+        slug: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "slug", b"slug"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSpaceRequest: _TypeAlias = CreateSpaceRequest  # noqa: Y015
+
+@_typing.final
+class CreateSpaceResponse(_message.Message):
+    """CreateSpaceResponse: the space created."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    SLUG_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """Space (deployment) id."""
+    slug: _builtins.str
+    """Its slug."""
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        slug: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["slug", b"slug", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSpaceResponse: _TypeAlias = CreateSpaceResponse  # noqa: Y015
+
+@_typing.final
+class ListSpacesRequest(_message.Message):
+    """ListSpacesRequest takes no arguments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSpacesRequest: _TypeAlias = ListSpacesRequest  # noqa: Y015
+
+@_typing.final
+class ListSpacesResponse(_message.Message):
+    """ListSpacesResponse: oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def spaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpaceSummary]:
+        """One per space the caller may know of."""
+
+    def __init__(
+        self,
+        *,
+        spaces: _abc.Iterable[Global___SpaceSummary] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spaces", b"spaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSpacesResponse: _TypeAlias = ListSpacesResponse  # noqa: Y015
+
+@_typing.final
+class SpaceSummary(_message.Message):
+    """SpaceSummary: one space."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    SLUG_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """Space id."""
+    slug: _builtins.str
+    """Slug."""
+    name: _builtins.str
+    """Display name."""
+    is_default: _builtins.bool
+    """The space of an open stack's callers."""
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        slug: _builtins.str = ...,
+        name: _builtins.str = ...,
+        is_default: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "slug", b"slug", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpaceSummary: _TypeAlias = SpaceSummary  # noqa: Y015

@@ -74,6 +74,16 @@ class DeploymentServiceStub:
                 request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.SerializeToString,
                 response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.FromString,
                 _registered_method=True)
+        self.CreateSpace = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/CreateSpace',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceResponse.FromString,
+                _registered_method=True)
+        self.ListSpaces = channel.unary_unary(
+                '/testament.common.v1.DeploymentService/ListSpaces',
+                request_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesRequest.SerializeToString,
+                response_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesResponse.FromString,
+                _registered_method=True)
 
 
 class DeploymentServiceServicer:
@@ -157,6 +167,27 @@ class DeploymentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSpace(self, request, context):
+        """Creates a tenant space. Only the deployment's operator may: a trusted
+        write key of the default space (or anyone on an open stack). Keys for
+        the new space come from `testament keys create --space`.
+        Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
+        INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
+        SPACE_EXISTS}.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSpaces(self, request, context):
+        """The spaces the caller may know of: every space for the operator, the
+        caller's own space for anyone else (other tenants are never named).
+        Errors: none beyond the common ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeploymentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +220,16 @@ def add_DeploymentServiceServicer_to_server(servicer, server):
                     servicer.RevokeKey,
                     request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.FromString,
                     response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.SerializeToString,
+            ),
+            'CreateSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSpace,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceResponse.SerializeToString,
+            ),
+            'ListSpaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSpaces,
+                    request_deserializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesRequest.FromString,
+                    response_serializer=testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -363,6 +404,60 @@ class DeploymentService:
             '/testament.common.v1.DeploymentService/RevokeKey',
             testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyRequest.SerializeToString,
             testament_dot_common_dot_v1_dot_deployment__pb2.RevokeKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/CreateSpace',
+            testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.CreateSpaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSpaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.common.v1.DeploymentService/ListSpaces',
+            testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesRequest.SerializeToString,
+            testament_dot_common_dot_v1_dot_deployment__pb2.ListSpacesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -87,6 +87,19 @@ class DeploymentServiceStub:
     revoked key, or one of another space (never told apart);
     INVALID_ARGUMENT for a non-UUID credential_id.
     """
+    CreateSpace: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.CreateSpaceRequest, _deployment_pb2.CreateSpaceResponse]
+    """Creates a tenant space. Only the deployment's operator may: a trusted
+    write key of the default space (or anyone on an open stack). Keys for
+    the new space come from `testament keys create --space`.
+    Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
+    INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
+    SPACE_EXISTS}.
+    """
+    ListSpaces: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.ListSpacesRequest, _deployment_pb2.ListSpacesResponse]
+    """The spaces the caller may know of: every space for the operator, the
+    caller's own space for anyone else (other tenants are never named).
+    Errors: none beyond the common ones.
+    """
 
 @_typing.type_check_only
 class DeploymentServiceAsyncStub(DeploymentServiceStub):
@@ -146,6 +159,19 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
     revoked key, or one of another space (never told apart);
     INVALID_ARGUMENT for a non-UUID credential_id.
+    """
+    CreateSpace: _aio.UnaryUnaryMultiCallable[_deployment_pb2.CreateSpaceRequest, _deployment_pb2.CreateSpaceResponse]  # type: ignore[assignment]
+    """Creates a tenant space. Only the deployment's operator may: a trusted
+    write key of the default space (or anyone on an open stack). Keys for
+    the new space come from `testament keys create --space`.
+    Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
+    INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
+    SPACE_EXISTS}.
+    """
+    ListSpaces: _aio.UnaryUnaryMultiCallable[_deployment_pb2.ListSpacesRequest, _deployment_pb2.ListSpacesResponse]  # type: ignore[assignment]
+    """The spaces the caller may know of: every space for the operator, the
+    caller's own space for anyone else (other tenants are never named).
+    Errors: none beyond the common ones.
     """
 
 class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -239,6 +265,31 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
         revoked key, or one of another space (never told apart);
         INVALID_ARGUMENT for a non-UUID credential_id.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateSpace(
+        self,
+        request: _deployment_pb2.CreateSpaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.CreateSpaceResponse, _abc.Awaitable[_deployment_pb2.CreateSpaceResponse]]:
+        """Creates a tenant space. Only the deployment's operator may: a trusted
+        write key of the default space (or anyone on an open stack). Keys for
+        the new space come from `testament keys create --space`.
+        Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
+        INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
+        SPACE_EXISTS}.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSpaces(
+        self,
+        request: _deployment_pb2.ListSpacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.ListSpacesResponse, _abc.Awaitable[_deployment_pb2.ListSpacesResponse]]:
+        """The spaces the caller may know of: every space for the operator, the
+        caller's own space for anyone else (other tenants are never named).
+        Errors: none beyond the common ones.
         """
 
 def add_DeploymentServiceServicer_to_server(servicer: DeploymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/common/v1/deployment.proto.
  */
 export const file_testament_common_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAkiVQoQQ3JlYXRlS2V5UmVxdWVzdBINCgVzY29wZRgBIAEoCRISCgpwcmluY2lwYWxzGAIgAygJEg8KB3RydXN0ZWQYAyABKAgSDQoFbGFiZWwYBCABKAkiNwoRQ3JlYXRlS2V5UmVzcG9uc2USCwoDa2V5GAEgASgJEhUKDWNyZWRlbnRpYWxfaWQYAiABKAkiEQoPTGlzdEtleXNSZXF1ZXN0IkEKEExpc3RLZXlzUmVzcG9uc2USLQoEa2V5cxgBIAMoCzIfLnRlc3RhbWVudC5jb21tb24udjEuS2V5U3VtbWFyeSLaAQoKS2V5U3VtbWFyeRIVCg1jcmVkZW50aWFsX2lkGAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSDQoFc2NvcGUYAyABKAkSEgoKcHJpbmNpcGFscxgEIAMoCRIPCgd0cnVzdGVkGAUgASgIEg0KBWxhYmVsGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKEFJldm9rZUtleVJlcXVlc3QSFQoNY3JlZGVudGlhbF9pZBgBIAEoCSIqChFSZXZva2VLZXlSZXNwb25zZRIVCg1jcmVkZW50aWFsX2lkGAEgASgJMpoFChFEZXBsb3ltZW50U2VydmljZRJ/Cg1HZXREZXBsb3ltZW50EikudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVxdWVzdBoqLnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlIheItRgCgtPkkwINEgsvZGVwbG95bWVudBJ2CgtDaGVja0hlYWx0aBInLnRlc3RhbWVudC5jb21tb24udjEuQ2hlY2tIZWFsdGhSZXF1ZXN0GigudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlc3BvbnNlIhSItRgBgtPkkwIKEggvaGVhbHRoehJpCgxBdXRoZW50aWNhdGUSKC50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlcXVlc3QaKS50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlc3BvbnNlIgSItRgBEmAKCUNyZWF0ZUtleRIlLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVxdWVzdBomLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVzcG9uc2UiBIi1GAQSXQoITGlzdEtleXMSJC50ZXN0YW1lbnQuY29tbW9uLnYxLkxpc3RLZXlzUmVxdWVzdBolLnRlc3RhbWVudC5jb21tb24udjEuTGlzdEtleXNSZXNwb25zZSIEiLUYBBJgCglSZXZva2VLZXkSJS50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlcXVlc3QaJi50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlc3BvbnNlIgSItRgEYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_testament_common_v1_options]);
+  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAkiVQoQQ3JlYXRlS2V5UmVxdWVzdBINCgVzY29wZRgBIAEoCRISCgpwcmluY2lwYWxzGAIgAygJEg8KB3RydXN0ZWQYAyABKAgSDQoFbGFiZWwYBCABKAkiNwoRQ3JlYXRlS2V5UmVzcG9uc2USCwoDa2V5GAEgASgJEhUKDWNyZWRlbnRpYWxfaWQYAiABKAkiEQoPTGlzdEtleXNSZXF1ZXN0IkEKEExpc3RLZXlzUmVzcG9uc2USLQoEa2V5cxgBIAMoCzIfLnRlc3RhbWVudC5jb21tb24udjEuS2V5U3VtbWFyeSLaAQoKS2V5U3VtbWFyeRIVCg1jcmVkZW50aWFsX2lkGAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSDQoFc2NvcGUYAyABKAkSEgoKcHJpbmNpcGFscxgEIAMoCRIPCgd0cnVzdGVkGAUgASgIEg0KBWxhYmVsGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKEFJldm9rZUtleVJlcXVlc3QSFQoNY3JlZGVudGlhbF9pZBgBIAEoCSIqChFSZXZva2VLZXlSZXNwb25zZRIVCg1jcmVkZW50aWFsX2lkGAEgASgJIjAKEkNyZWF0ZVNwYWNlUmVxdWVzdBIMCgRzbHVnGAEgASgJEgwKBG5hbWUYAiABKAkiNQoTQ3JlYXRlU3BhY2VSZXNwb25zZRIQCghzcGFjZV9pZBgBIAEoCRIMCgRzbHVnGAIgASgJIhMKEUxpc3RTcGFjZXNSZXF1ZXN0IkcKEkxpc3RTcGFjZXNSZXNwb25zZRIxCgZzcGFjZXMYASADKAsyIS50ZXN0YW1lbnQuY29tbW9uLnYxLlNwYWNlU3VtbWFyeSJQCgxTcGFjZVN1bW1hcnkSEAoIc3BhY2VfaWQYASABKAkSDAoEc2x1ZxgCIAEoCRIMCgRuYW1lGAMgASgJEhIKCmlzX2RlZmF1bHQYBCABKAgy5wYKEURlcGxveW1lbnRTZXJ2aWNlEn8KDUdldERlcGxveW1lbnQSKS50ZXN0YW1lbnQuY29tbW9uLnYxLkdldERlcGxveW1lbnRSZXF1ZXN0GioudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UiF4i1GAKC0+STAg0SCy9kZXBsb3ltZW50EnYKC0NoZWNrSGVhbHRoEicudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlcXVlc3QaKC50ZXN0YW1lbnQuY29tbW9uLnYxLkNoZWNrSGVhbHRoUmVzcG9uc2UiFIi1GAGC0+STAgoSCC9oZWFsdGh6EmkKDEF1dGhlbnRpY2F0ZRIoLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVxdWVzdBopLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVzcG9uc2UiBIi1GAESYAoJQ3JlYXRlS2V5EiUudGVzdGFtZW50LmNvbW1vbi52MS5DcmVhdGVLZXlSZXF1ZXN0GiYudGVzdGFtZW50LmNvbW1vbi52MS5DcmVhdGVLZXlSZXNwb25zZSIEiLUYBBJdCghMaXN0S2V5cxIkLnRlc3RhbWVudC5jb21tb24udjEuTGlzdEtleXNSZXF1ZXN0GiUudGVzdGFtZW50LmNvbW1vbi52MS5MaXN0S2V5c1Jlc3BvbnNlIgSItRgEEmAKCVJldm9rZUtleRIlLnRlc3RhbWVudC5jb21tb24udjEuUmV2b2tlS2V5UmVxdWVzdBomLnRlc3RhbWVudC5jb21tb24udjEuUmV2b2tlS2V5UmVzcG9uc2UiBIi1GAQSZgoLQ3JlYXRlU3BhY2USJy50ZXN0YW1lbnQuY29tbW9uLnYxLkNyZWF0ZVNwYWNlUmVxdWVzdBooLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlU3BhY2VSZXNwb25zZSIEiLUYBBJjCgpMaXN0U3BhY2VzEiYudGVzdGFtZW50LmNvbW1vbi52MS5MaXN0U3BhY2VzUmVxdWVzdBonLnRlc3RhbWVudC5jb21tb24udjEuTGlzdFNwYWNlc1Jlc3BvbnNlIgSItRgEYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_testament_common_v1_options]);
 
 /**
  * AuthenticateRequest: the credential travels as `authorization` metadata.
@@ -393,6 +393,140 @@ export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE_
   messageDesc(file_testament_common_v1_deployment, 12);
 
 /**
+ * CreateSpaceRequest: the new space.
+ *
+ * @generated from message testament.common.v1.CreateSpaceRequest
+ */
+export type CreateSpaceRequest = Message<"testament.common.v1.CreateSpaceRequest"> & {
+  /**
+   * ^[a-z][a-z0-9-]{0,62}$.
+   *
+   * @generated from field: string slug = 1;
+   */
+  slug: string;
+
+  /**
+   * Display name; default the slug.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message testament.common.v1.CreateSpaceRequest.
+ * Use `create(CreateSpaceRequestSchema)` to create a new message.
+ */
+export const CreateSpaceRequestSchema: GenMessage<CreateSpaceRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 13);
+
+/**
+ * CreateSpaceResponse: the space created.
+ *
+ * @generated from message testament.common.v1.CreateSpaceResponse
+ */
+export type CreateSpaceResponse = Message<"testament.common.v1.CreateSpaceResponse"> & {
+  /**
+   * Space (deployment) id.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+
+  /**
+   * Its slug.
+   *
+   * @generated from field: string slug = 2;
+   */
+  slug: string;
+};
+
+/**
+ * Describes the message testament.common.v1.CreateSpaceResponse.
+ * Use `create(CreateSpaceResponseSchema)` to create a new message.
+ */
+export const CreateSpaceResponseSchema: GenMessage<CreateSpaceResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 14);
+
+/**
+ * ListSpacesRequest takes no arguments.
+ *
+ * @generated from message testament.common.v1.ListSpacesRequest
+ */
+export type ListSpacesRequest = Message<"testament.common.v1.ListSpacesRequest"> & {
+};
+
+/**
+ * Describes the message testament.common.v1.ListSpacesRequest.
+ * Use `create(ListSpacesRequestSchema)` to create a new message.
+ */
+export const ListSpacesRequestSchema: GenMessage<ListSpacesRequest> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 15);
+
+/**
+ * ListSpacesResponse: oldest first.
+ *
+ * @generated from message testament.common.v1.ListSpacesResponse
+ */
+export type ListSpacesResponse = Message<"testament.common.v1.ListSpacesResponse"> & {
+  /**
+   * One per space the caller may know of.
+   *
+   * @generated from field: repeated testament.common.v1.SpaceSummary spaces = 1;
+   */
+  spaces: SpaceSummary[];
+};
+
+/**
+ * Describes the message testament.common.v1.ListSpacesResponse.
+ * Use `create(ListSpacesResponseSchema)` to create a new message.
+ */
+export const ListSpacesResponseSchema: GenMessage<ListSpacesResponse> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 16);
+
+/**
+ * SpaceSummary: one space.
+ *
+ * @generated from message testament.common.v1.SpaceSummary
+ */
+export type SpaceSummary = Message<"testament.common.v1.SpaceSummary"> & {
+  /**
+   * Space id.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+
+  /**
+   * Slug.
+   *
+   * @generated from field: string slug = 2;
+   */
+  slug: string;
+
+  /**
+   * Display name.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * The space of an open stack's callers.
+   *
+   * @generated from field: bool is_default = 4;
+   */
+  isDefault: boolean;
+};
+
+/**
+ * Describes the message testament.common.v1.SpaceSummary.
+ * Use `create(SpaceSummarySchema)` to create a new message.
+ */
+export const SpaceSummarySchema: GenMessage<SpaceSummary> = /*@__PURE__*/
+  messageDesc(file_testament_common_v1_deployment, 17);
+
+/**
  * DeploymentService reports what code and models serve this deployment, and
  * process health. Every Testament service process serves it (the gateway
  * routes GET /deployment and GET /healthz to any healthy process).
@@ -492,6 +626,33 @@ export const DeploymentService: GenService<{
     methodKind: "unary";
     input: typeof RevokeKeyRequestSchema;
     output: typeof RevokeKeyResponseSchema;
+  },
+  /**
+   * Creates a tenant space. Only the deployment's operator may: a trusted
+   * write key of the default space (or anyone on an open stack). Keys for
+   * the new space come from `testament keys create --space`.
+   * Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
+   * INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
+   * SPACE_EXISTS}.
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.CreateSpace
+   */
+  createSpace: {
+    methodKind: "unary";
+    input: typeof CreateSpaceRequestSchema;
+    output: typeof CreateSpaceResponseSchema;
+  },
+  /**
+   * The spaces the caller may know of: every space for the operator, the
+   * caller's own space for anyone else (other tenants are never named).
+   * Errors: none beyond the common ones.
+   *
+   * @generated from rpc testament.common.v1.DeploymentService.ListSpaces
+   */
+  listSpaces: {
+    methodKind: "unary";
+    input: typeof ListSpacesRequestSchema;
+    output: typeof ListSpacesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_testament_common_v1_deployment, 0);
