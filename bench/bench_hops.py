@@ -1,7 +1,9 @@
-"""Overhead of one gRPC hop and one gateway hop on an empty call.
+"""Overhead of one gRPC hop and one gateway hop on an empty call, and requests per second
+at saturation for a small operation (resolve_entity) through the gateway.
 
-Baselines in the same run: the servicer called in-process (for the gRPC hop) and the
-same RPC called directly over gRPC (for the gateway hop).
+Baselines in the same run: the servicer called in-process (for the gRPC hop), the same
+RPC called directly over gRPC (for the gateway hop), and resolve_entity called straight
+on the retrieval service over gRPC with the same concurrency (for saturation).
 """
 
 from __future__ import annotations
@@ -34,4 +36,50 @@ async def run() -> list[Row]:
             via = percentiles(await timed(N // 2, lambda: client.get("/deployment")))
         rows.append(Row("hops", "gateway hop: GET /deployment", N // 2, *via, baseline_p50_ms=direct[0],
                         extra=f"+{via[0] - direct[0]:.3f} ms for HTTP+transcoding"))
+        rows.extend(await _saturation(stack, port))
     return rows
+
+
+CLIENTS = 200
+SATURATION_S = 10.0
+
+
+async def _saturation(stack, port: int) -> list[Row]:  # type: ignore[no-untyped-def]
+    """CLIENTS concurrent callers of resolve_entity for SATURATION_S seconds."""
+    import asyncio
+    import time
+
+    from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                                 limits=httpx.Limits(max_connections=CLIENTS)) as http:
+        await http.post("/ingest", params={"filename": "sat.md", "mime": "text/markdown"},
+                        content=b"# Notes\n\nRavi Shanker owns the exporter.\n")
+
+        async def drive(call) -> tuple[int, list[float]]:  # type: ignore[no-untyped-def]
+            deadline = time.perf_counter() + SATURATION_S
+            samples: list[float] = []
+
+            async def one() -> None:
+                while time.perf_counter() < deadline:
+                    started = time.perf_counter()
+                    await call()
+                    samples.append(time.perf_counter() - started)
+
+            await asyncio.gather(*(one() for _ in range(CLIENTS)))
+            return len(samples), samples
+
+        retrieval = next(c for c in stack.children if c.name == "retrieval")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{retrieval.port}") as channel:
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            request = retrieval_pb2.ResolveRequest(name="Ravi Shanker")
+            direct_n, direct = await drive(lambda: stub.Resolve(request, timeout=60))
+        via_n, via = await drive(lambda: http.post("/operations/resolve_entity", json={"name": "Ravi Shanker"}))
+    direct_rate, via_rate = direct_n / SATURATION_S, via_n / SATURATION_S
+    return [
+        Row("saturation", f"resolve over gRPC, {CLIENTS} clients (baseline)", direct_n, *percentiles(direct),
+            extra=f"{direct_rate:,.0f} req/s"),
+        Row("saturation", f"resolve_entity via gateway, {CLIENTS} clients", via_n, *percentiles(via),
+            baseline_p50_ms=percentiles(direct)[0],
+            extra=f"{via_rate:,.0f} req/s ({via_rate / 40:.1f}x the ~40/s the issue measured)"),
+    ]

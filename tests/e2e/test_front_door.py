@@ -40,7 +40,7 @@ class Door:
 @pytest.fixture(scope="module")
 def door(pg, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     with gateway_stack(clone_database(pg), tmp_path_factory.mktemp("front-door"),
-                       ("ingest", "pipeline", "retrieval")) as (url, gateway, _):
+                       ("ingest", "pipeline", "retrieval", "queryspace")) as (url, gateway, _):
         yield Door(url, gateway.address)
 
 
@@ -194,3 +194,59 @@ def test_a_refused_upload_is_its_refusal_even_while_bytes_are_still_being_sent(d
         return Counter(r.status_code for r in replies)
 
     assert asyncio.run(go()) == Counter({422: 200})
+
+
+def test_the_async_sdk_reaches_every_service_through_one_address(door: Door) -> None:
+    import asyncio
+
+    from testament import AsyncClient
+    from testament.common.v1 import deployment_pb2
+    from testament.graph.v1 import graph_pb2
+    from testament.queryspace.v1 import queryspace_pb2
+
+    async def go() -> dict[str, object]:
+        async with AsyncClient(door.grpc) as client:
+            version = await client.upload(NOTE, filename="kickoff.md", source_kind="file",
+                                          source_ref="front/kickoff-async")
+            async for report in client.watch_readiness([version.version_id]):
+                ready = report.ready
+            assert ready
+            ravi = (await client.retrieval.Resolve(retrieval_pb2.ResolveRequest(name="Ravi Shanker"))).envelope
+            around = await client.graph.Neighborhood(graph_pb2.NeighborhoodRequest(
+                entity_id=ravi.entities[0].entity_id, hops=1))
+            space = await client.queryspace.DescribeQuerySpace(queryspace_pb2.DescribeQuerySpaceRequest())
+            return {
+                "deployment": (await client.deployment.CheckHealth(deployment_pb2.CheckHealthRequest())).status,
+                "ingest": len((await client.ingest.ListDocuments(ingest_pb2.ListDocumentsRequest(limit=5))).documents),
+                "pipeline": (await client.pipeline.InspectQueue(pipeline_pb2.InspectQueueRequest())) is not None,
+                "retrieval": ravi.entities[0].canonical_name,
+                "graph": any(n.name == "Ravi Shanker" for n in around.envelope.nodes),
+                "queryspace": space.schema,
+            }
+
+    seen = asyncio.run(go())
+    assert seen["deployment"] == "ok" and seen["ingest"] >= 1 and seen["pipeline"] is True
+    assert (seen["retrieval"], seen["graph"], seen["queryspace"]) == ("Ravi Shanker", True, "memory_v1")
+
+
+@pytest.mark.parametrize("method, path, body, headers", [
+    ("POST", "/operations/facts_context", b"{not json", {"content-type": "application/json"}),
+    ("POST", "/operations/facts_context", b'{"query": 7}', {"content-type": "application/json"}),
+    ("POST", "/operations/facts_context", b'{"query": "x", "surprise": 1}', {"content-type": "application/json"}),
+    ("POST", "/operations/facts_context", b'{"query": "\xff\xfe"}', {"content-type": "application/json"}),
+    ("GET", "/hydrate/relation/..%2F..%2Fetc%2Fpasswd", None, {}),
+    ("GET", "/hydrate/relation/not-a-uuid", None, {}),
+    ("DELETE", "/documents/..%2Fdocuments", None, {}),
+    ("GET", "/resolve?name=x", None, {"x-big": "y" * 40_000}),
+    ("POST", f"{RETRIEVAL}/Resolve", b"\xff\xfe\x00", {"content-type": "application/json"}),
+    ("POST", f"{RETRIEVAL}/Resolve", b"\x00\x00\x00\x00\x09garbage!!", {"content-type": "application/grpc-web+proto"}),
+])
+def test_bad_input_is_a_clear_4xx_at_the_door(door: Door, method: str, path: str, body: bytes | None,
+                                              headers: dict[str, str]) -> None:
+    reply = httpx.request(method, f"{door.http}{path}", content=body, headers=headers, timeout=30)
+    if headers.get("content-type", "").startswith("application/grpc-web"):
+        (trailer,) = unframe(reply.content)[-1:]
+        assert trailer[0] == 0x80 and b"grpc-status: 3" in trailer[1], reply.content  # INVALID_ARGUMENT
+        return
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text)
+    assert "detail" in reply.json() or "code" in reply.json()

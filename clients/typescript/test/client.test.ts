@@ -63,7 +63,7 @@ describe("testament stack", () => {
   test("deployment.getDeployment on the ingest port: empty build info", async () => {
     const response = await client("deployment").deployment.getDeployment({});
     assert.equal(response.buildRevision, "");
-    assert.equal(response.modelBindings["p1_embedding"], "hash-384-v1");
+    assert.equal(response.modelBindings["p1_embedding"], "sentence-transformers/all-MiniLM-L6-v2"); // the default embedder
     assert.equal(response.tools["facts_context"], 3);
     assert.equal(response.tools["query_sql"], 1); // the SQL face is served
   });
@@ -171,6 +171,10 @@ describe("testament stack", () => {
     }
     const version = await uploadDocument(c, { filename: "door.md", mime: "text/markdown" }, chunks());
     assert.equal(version.created, true);
+    assert.equal((await c.queryspace.describeQuerySpace({})).schema, "memory_v1");
+    const entity = "00000000-0000-4000-8000-000000000000";
+    const around = await c.graph.neighborhood({ entityId: entity, hops: 1 });
+    assert.ok(around.envelope); // an unknown entity is a typed negative, reached through the one address
     const request = { versionIds: [version.versionId], require: { pipeline: true, p1: false, liveGraph: false, p3: false } };
     for await (const message of watchReadiness(c, request)) {
       assert.equal(message.report?.versions[0]?.versionId, version.versionId);
