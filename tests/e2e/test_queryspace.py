@@ -551,3 +551,36 @@ def test_restricted_sql_rows_equal_the_authority_rows_for_that_caller(qs: Harnes
                 WHERE c.is_current_testimony AND d.deleted_at IS NULL AND (d.acl = '{}' OR d.acl && $1::text[])""",
             principals)}
         assert sql_mentions == mention_truth, principals
+
+
+def test_one_connection_never_carries_one_callers_plan_to_another(loaded: str) -> None:
+    # The caller is folded into each plan as a constant; a plan reused across callers on a
+    # pooled connection would leak rows. One connection, the same texts, callers alternating.
+    async def run() -> None:
+        db = await Database.connect(loaded, min_size=1, max_size=1)
+        try:
+            service = QuerySpace(PgQuerySpace(db), PgSavedQueries(db),
+                                 Evaluator(SearchLegs(), HashEmbeddings(dimension=384)))
+            await service.start()
+            space = await db.fetchval("SELECT space_id FROM spaces WHERE is_default")
+            other = await db.fetchval("INSERT INTO spaces (slug, name) VALUES ('other', 'Other') RETURNING space_id")
+            callers = {"all": Caller(space, Scope.READ, None), "eng": Caller(space, Scope.READ, frozenset({"eng"})),
+                       "other": Caller(other, Scope.READ, None)}
+            texts = ["SELECT count(*) FROM claims_live", "SELECT claim_text FROM claims_live WHERE claim_text ~~ $1",
+                     "SELECT count(*) FROM lexical_claims('ledger budget', 10)"]
+            seen: dict[tuple[str, str], Any] = {}
+            for _ in range(3):
+                for name, caller in callers.items():
+                    for text in texts:
+                        params = ["%Mira%"] if "$1" in text else []
+                        result = await service.run(caller, Request(text, params))
+                        assert result["termination_reason"] == "completed", result["error_message"]
+                        previous = seen.setdefault((name, text), result["rows"])
+                        assert result["rows"] == previous, (name, text)
+            assert seen[("other", texts[0])] == [["0"]]
+            assert seen[("eng", texts[1])] == [] and seen[("all", texts[1])]
+            assert int(seen[("all", texts[0])][0][0]) > int(seen[("eng", texts[0])][0][0])
+        finally:
+            await db.close()
+
+    asyncio.run(run())
