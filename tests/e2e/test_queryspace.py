@@ -584,3 +584,22 @@ def test_one_connection_never_carries_one_callers_plan_to_another(loaded: str) -
             await db.close()
 
     asyncio.run(run())
+
+
+def test_mutated_statements_always_come_back_as_a_result(qs: Harness) -> None:
+    import random
+
+    from tests.unit.test_queryspace_guard import _SOUP, ADMISSIBLE
+    rng = random.Random(31)
+    outcomes: dict[str, int] = {}
+    for _ in range(150):
+        tokens = rng.choice(ADMISSIBLE).split()
+        i = rng.randrange(len(tokens))
+        tokens.insert(i, rng.choice(_SOUP)) if rng.random() < 0.5 else tokens.pop(i) if len(tokens) > 1 else None
+        text = " ".join(tokens)
+        params = [str(uuid.uuid4())] * len({p for p in ("$1", "$2", "$3") if p in text})
+        result = qs.sql(text, *params)
+        assert result["termination_reason"] in ("completed", "rejected", "failed")
+        assert (result["error_code"] is None) == (result["termination_reason"] == "completed"), result
+        outcomes[result["termination_reason"]] = outcomes.get(result["termination_reason"], 0) + 1
+    assert outcomes.get("completed", 0) > 10 and outcomes.get("rejected", 0) > 10
