@@ -186,6 +186,15 @@ async def run() -> list[Row]:
                     note += f", truncated ({result['truncation_reason']})"
                 rows.append(Row("queryspace", f"examples.{name} @ 100k claims", len(samples), *percentiles(samples),
                                 baseline_p50_ms=base[0], extra=note))
+            # The same reads for a restricted caller (one topic's ACL: a tenth of the documents).
+            restricted = Caller(corpus.space, Scope.READ, frozenset({"topic:0"}), credential_id=uuid.uuid4())
+            for name in ("claims_about", "relation_current", "claims_hybrid_rrf", "changed_since"):
+                example = next(e for e in EXAMPLES if e["name"] == name)
+                samples, result = await _timed(service, restricted, Request(example["sql"], params[name],
+                                                                             max_rows=example.get("max_rows")))
+                rows.append(Row("queryspace", f"examples.{name} @ 100k, restricted caller", len(samples),
+                                *percentiles(samples), baseline_p50_ms=base[0],
+                                extra=f"{result['returned_row_count']} rows; ACL topic:0 (~10% of documents)"))
         finally:
             pool.shutdown(cancel_futures=True)
             await db.close()

@@ -154,16 +154,17 @@ class PgQuerySpace:
         self.db = db
         self._temp_limit_settable: bool | None = None
 
-    async def temp_limit_settable(self) -> bool:
-        """temp_file_limit needs superuser (or a grant); without it the other limits still apply."""
-        if self._temp_limit_settable is None:
-            try:
-                async with self.db.transaction() as conn:
-                    await conn.execute("SELECT set_config('temp_file_limit', '65536kB', true)")
-                self._temp_limit_settable = True
-            except asyncpg.InsufficientPrivilegeError:
-                self._temp_limit_settable = False
-        return self._temp_limit_settable
+    async def _temp_file_limit(self, conn: asyncpg.Connection, kib: int) -> None:
+        """temp_file_limit needs superuser (or a grant); without it the other limits still apply.
+        Tried once, in a savepoint of the statement's own transaction."""
+        if self._temp_limit_settable is False:
+            return
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('temp_file_limit', $1, true)", f"{kib}kB")
+            self._temp_limit_settable = True
+        except asyncpg.InsufficientPrivilegeError:
+            self._temp_limit_settable = False
 
     async def schema_differences(self) -> list[str]:
         """Where the database's memory_v1 views differ from the checked-in manifest."""
@@ -206,9 +207,7 @@ class PgQuerySpace:
                         str(caller.space_id), _principals_setting(caller), f"{settings.statement_timeout_ms}ms",
                         f"{settings.lock_timeout_ms}ms", f"{settings.idle_timeout_ms}ms",
                         f"{settings.work_mem_kib}kB")
-                    if await self.temp_limit_settable():
-                        await conn.execute("SELECT set_config('temp_file_limit', $1, true)",
-                                           f"{settings.temp_file_limit_kib}kB")
+                    await self._temp_file_limit(conn, settings.temp_file_limit_kib)
                     yield conn
                 finally:
                     if not conn.is_closed():

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from services.platform import telemetry
 from services.platform.auth import Caller
 from services.platform.errors import Conflict, InvalidArgument, NotFound, TestamentError
 from services.queryspace import manifest as m
@@ -196,8 +197,15 @@ class QuerySpace:
         result["warnings"].extend(warnings)
         keys = None
         try:
-            admitted = admit(request.sql, request.parameters, max_parameters=self.tier.limits["parameters_max"],
-                             max_parameter_bytes=self.tier.limits["parameters_max_bytes"])
+            try:
+                admitted = admit(request.sql, request.parameters, max_parameters=self.tier.limits["parameters_max"],
+                                 max_parameter_bytes=self.tier.limits["parameters_max_bytes"])
+            except Rejected:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a shape the walk does not know is not on the allowlist
+                telemetry.access_log("defect", where="queryspace.guard", error=repr(exc))
+                raise Rejected("statement_not_allowed", "the statement uses a construct the guard does not admit") \
+                    from None
             result["query_hash"] = admitted.query_hash(request.parameters)
             result["referenced_views"] = list(admitted.views)
             result["referenced_functions"] = list(admitted.functions)
@@ -218,9 +226,12 @@ class QuerySpace:
         except Rejected as exc:
             result.update(termination_reason="rejected", error_code=exc.code, error_message=exc.message)
         except StatementFailed as exc:
-            result.update(termination_reason="failed", error_code=exc.code, error_message=exc.message,
-                          columns=[], rows=[], returned_row_count=0, returned_byte_count=0, truncated=False,
-                          truncation_reason=None, evaluated_at=None)
+            self._failed(result, exc.code, exc.message)
+        except TestamentError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a defect is still a failed statement, never a 500
+            telemetry.access_log("defect", where="queryspace.run", error=repr(exc))
+            self._failed(result, "execution_error", "the statement failed inside the query space service")
         finally:
             elapsed = time.perf_counter() - started
             if keys is not None:
@@ -228,6 +239,12 @@ class QuerySpace:
             result["elapsed_ms"] = elapsed * 1000
             result["empty_result"] = result["returned_row_count"] == 0
         return result
+
+    @staticmethod
+    def _failed(result: dict[str, Any], code: str, message: str) -> None:
+        result.update(termination_reason="failed", error_code=code, error_message=message, columns=[], rows=[],
+                      returned_row_count=0, returned_byte_count=0, truncated=False, truncation_reason=None,
+                      evaluated_at=None)
 
     async def _execute(self, caller: Caller, request: Request, admitted: Admitted, evaluated: list[Resolved],
                        result: dict[str, Any], row_cap: int, byte_cap: int, timeout_ms: int) -> None:

@@ -551,3 +551,55 @@ def test_restricted_sql_rows_equal_the_authority_rows_for_that_caller(qs: Harnes
                 WHERE c.is_current_testimony AND d.deleted_at IS NULL AND (d.acl = '{}' OR d.acl && $1::text[])""",
             principals)}
         assert sql_mentions == mention_truth, principals
+
+
+def test_one_connection_never_carries_one_callers_plan_to_another(loaded: str) -> None:
+    # The caller is folded into each plan as a constant; a plan reused across callers on a
+    # pooled connection would leak rows. One connection, the same texts, callers alternating.
+    async def run() -> None:
+        db = await Database.connect(loaded, min_size=1, max_size=1)
+        try:
+            service = QuerySpace(PgQuerySpace(db), PgSavedQueries(db),
+                                 Evaluator(SearchLegs(), HashEmbeddings(dimension=384)))
+            await service.start()
+            space = await db.fetchval("SELECT space_id FROM spaces WHERE is_default")
+            other = await db.fetchval("INSERT INTO spaces (slug, name) VALUES ('other', 'Other') RETURNING space_id")
+            callers = {"all": Caller(space, Scope.READ, None), "eng": Caller(space, Scope.READ, frozenset({"eng"})),
+                       "other": Caller(other, Scope.READ, None)}
+            texts = ["SELECT count(*) FROM claims_live", "SELECT claim_text FROM claims_live WHERE claim_text ~~ $1",
+                     "SELECT count(*) FROM lexical_claims('ledger budget', 10)"]
+            seen: dict[tuple[str, str], Any] = {}
+            for _ in range(3):
+                for name, caller in callers.items():
+                    for text in texts:
+                        params = ["%Mira%"] if "$1" in text else []
+                        result = await service.run(caller, Request(text, params))
+                        assert result["termination_reason"] == "completed", result["error_message"]
+                        previous = seen.setdefault((name, text), result["rows"])
+                        assert result["rows"] == previous, (name, text)
+            assert seen[("other", texts[0])] == [["0"]]
+            assert seen[("eng", texts[1])] == [] and seen[("all", texts[1])]
+            assert int(seen[("all", texts[0])][0][0]) > int(seen[("eng", texts[0])][0][0])
+        finally:
+            await db.close()
+
+    asyncio.run(run())
+
+
+def test_mutated_statements_always_come_back_as_a_result(qs: Harness) -> None:
+    import random
+
+    from tests.unit.test_queryspace_guard import _SOUP, ADMISSIBLE
+    rng = random.Random(31)
+    outcomes: dict[str, int] = {}
+    for _ in range(150):
+        tokens = rng.choice(ADMISSIBLE).split()
+        i = rng.randrange(len(tokens))
+        tokens.insert(i, rng.choice(_SOUP)) if rng.random() < 0.5 else tokens.pop(i) if len(tokens) > 1 else None
+        text = " ".join(tokens)
+        params = [str(uuid.uuid4())] * len({p for p in ("$1", "$2", "$3") if p in text})
+        result = qs.sql(text, *params)
+        assert result["termination_reason"] in ("completed", "rejected", "failed")
+        assert (result["error_code"] is None) == (result["termination_reason"] == "completed"), result
+        outcomes[result["termination_reason"]] = outcomes.get(result["termination_reason"], 0) + 1
+    assert outcomes.get("completed", 0) > 10 and outcomes.get("rejected", 0) > 10

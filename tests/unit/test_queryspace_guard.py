@@ -303,3 +303,47 @@ def test_generated_statements_are_admitted() -> None:
     for _ in range(300):
         sql = generate(rng)
         admit(sql, [])
+
+
+_SOUP = ["SELECT", "FROM", "WHERE", "WITH", "RECURSIVE", "AS", "UNION", "ALL", "JOIN", "ON", "LATERAL", "(", ")",
+         ",", "*", "=", "<", "::", "uuid", "regclass", "$1", "$2", "1", "'x'", "NULL", "AND", "OR", "NOT", "IN",
+         "EXISTS", "ORDER", "BY", "LIMIT", "GROUP", "HAVING", "count", "(*)", "lower", "now", "pg_sleep",
+         "facts_current", "claims_live", "documents", "pg_class", "lexical_claims", "graph_path", "depth", "+",
+         "CASE", "WHEN", "THEN", "ELSE", "END", "ARRAY", "[", "]", "->", "||", "DELETE", "INSERT", "INTO", ";",
+         "FOR", "UPDATE", "VALUES", "OVER", "PARTITION", "ROW", "COLLATE", "\"C\"", "IS", "DISTINCT", "TABLE",
+         "FILTER", "WITHIN", "xmlelement", "json_object", "CURRENT_USER", "TABLESAMPLE", "ONLY", "USING"]
+
+
+def test_random_token_soup_is_admitted_or_refused_never_crashes() -> None:
+    rng = random.Random(23)
+    for _ in range(3000):
+        text = " ".join(rng.choice(_SOUP) for _ in range(rng.randint(1, 25)))
+        try:
+            admit(text, rng.choice([[], ["a"], ["a", "b"]]))
+        except Rejected:
+            pass
+
+
+def test_mutated_statements_are_admitted_or_refused_never_crash() -> None:
+    rng = random.Random(29)
+    seeds = ADMISSIBLE + [sql for sql, _, _ in CORPUS if 0 < len(sql.split()) and len(sql) < 2000]
+    admitted = 0
+    for _ in range(4000):
+        tokens = rng.choice(seeds).split()
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(tokens))
+            move = rng.random()
+            if move < 0.3 and len(tokens) > 1:
+                del tokens[i]
+            elif move < 0.6:
+                tokens.insert(i, rng.choice(_SOUP))
+            else:
+                j = rng.randrange(len(tokens))
+                tokens[i], tokens[j] = tokens[j], tokens[i]
+        text = " ".join(tokens)
+        try:
+            admit(text, [None] * text.count("$"))
+            admitted += 1
+        except Rejected:
+            pass
+    assert admitted > 100  # the mutations reach admissible statements too, not only parse errors

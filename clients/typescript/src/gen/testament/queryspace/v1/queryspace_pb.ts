@@ -116,12 +116,15 @@ export type QueryResult = Message<"testament.queryspace.v1.QueryResult"> & {
   columns: ResultColumn[];
 
   /**
-   * Rows as JSON arrays in column order. Cells: SQL NULL -> null; integers
-   * and numbers -> JSON numbers (the gateway prints an integral number_value
-   * without a fraction; integers beyond 2^53 lose precision in a Value);
-   * NaN/inf -> strings; timestamps -> ISO 8601 (+00:00); intervals -> ISO
-   * 8601 durations; bytea -> base64; arrays and composites/jsonb -> JSON
-   * arrays/objects.
+   * Rows as JSON arrays in column order. The SQL type alone decides a cell's
+   * JSON shape: SQL NULL -> null (and nothing else is null); smallint,
+   * integer, real and double precision -> JSON numbers (NaN/inf/-inf ->
+   * "NaN"/"inf"/"-inf"); bigint and numeric -> exact decimal strings (a
+   * 64-bit integer or a wide decimal does not survive a double); boolean ->
+   * true/false; timestamps -> ISO 8601 (with time zone: UTC, +00:00); dates
+   * and times -> ISO 8601; intervals -> ISO 8601 durations; bytea -> padded
+   * base64; arrays -> JSON arrays (elements by the element type); jsonb/json
+   * -> the JSON value; composites -> JSON objects; anything else -> its text.
    *
    * @generated from field: repeated google.protobuf.ListValue rows = 14;
    */
