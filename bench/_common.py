@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -51,15 +52,26 @@ async def timed(n: int, call: Callable[[], Awaitable[object]], warmup: int = 50)
 
 
 @asynccontextmanager
-async def running_stack() -> AsyncIterator[tuple[Stack, int]]:
-    """The whole stack (embedded PostgreSQL, six processes) in a temporary directory."""
+async def running_stack(*, embedding: str | None = None) -> AsyncIterator[tuple[Stack, int]]:
+    """The whole stack (embedded PostgreSQL, six processes) in a temporary directory;
+    ``embedding`` overrides TESTAMENT_EMBEDDING_PROVIDER for it (e.g. "hash")."""
     (port,) = free_ports(1)
+    saved = os.environ.get("TESTAMENT_EMBEDDING_PROVIDER")
     with tempfile.TemporaryDirectory(prefix="testament-bench-") as tmp:
-        settings = load_settings(data_dir=Path(tmp), gateway_port=port, trace_log=False)
-        stack = Stack(settings, data_dir=Path(tmp), gateway_port=port)
+        if embedding is not None:  # the launcher hands its environment to the services it starts
+            os.environ["TESTAMENT_EMBEDDING_PROVIDER"] = embedding
         try:
+            settings = load_settings(data_dir=Path(tmp), gateway_port=port, trace_log=False)
+            stack = Stack(settings, data_dir=Path(tmp), gateway_port=port)
             # The launcher is synchronous (it runs its own short event loops): keep it off ours.
             await asyncio.to_thread(stack.start)
+        finally:
+            if embedding is not None:
+                if saved is None:
+                    os.environ.pop("TESTAMENT_EMBEDDING_PROVIDER", None)
+                else:
+                    os.environ["TESTAMENT_EMBEDDING_PROVIDER"] = saved
+        try:
             await asyncio.to_thread(stack.wait_healthy)
             yield stack, port
         finally:

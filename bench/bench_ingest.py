@@ -45,7 +45,7 @@ async def run() -> list[Row]:
         os.fsync(handle.fileno())
         disk = time.perf_counter() - started
     rows.append(_row(f"baseline: write {LARGE_MB} MB to local disk", 1, disk, "MB/s", LARGE_MB))
-    async with running_stack() as (stack, port):
+    async with running_stack(embedding="hash") as (stack, port):
         ingest = next(c for c in stack.children if c.name == "ingest")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ingest.port}") as channel:
             stub = ingest_pb2_grpc.IngestServiceStub(channel)

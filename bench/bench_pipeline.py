@@ -95,7 +95,7 @@ async def _seed_facts(conn: asyncpg.Connection, count: int) -> None:
 
 
 async def _facts_rate(held: int) -> Row:
-    async with running_stack() as (stack, _port):
+    async with running_stack(embedding="hash") as (stack, _port):
         assert stack.dsn is not None
         conn = await asyncpg.connect(stack.dsn)
         try:
@@ -124,7 +124,7 @@ async def _claim_latency() -> list[Row]:
     from services.platform.db import Database
 
     rows: list[Row] = []
-    async with running_stack() as (stack, _port):
+    async with running_stack(embedding="hash") as (stack, _port):
         assert stack.dsn is not None
         # Stop the real pipeline so only the benchmark claims.
         pipeline = next(c for c in stack.children if c.name == "pipeline")
@@ -171,7 +171,7 @@ async def _claim_latency() -> list[Row]:
 
 async def run() -> list[Row]:
     rows: list[Row] = []
-    async with running_stack() as (stack, _port):
+    async with running_stack(embedding="hash") as (stack, _port):
         assert stack.dsn is not None
         ingest = next(c for c in stack.children if c.name == "ingest")
         conn = await asyncpg.connect(stack.dsn)

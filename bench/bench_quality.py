@@ -14,7 +14,6 @@ the same embedder. Set ``TESTAMENT_EMBEDDING_PROVIDER`` to compare embedders.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -166,18 +165,10 @@ async def run() -> list[Row]:
 
 async def _hash_ingest_baseline(sets: list[labelled.LabelledSet], measured: Row) -> Row:
     """The same ingest with the lexical `hash` embedder (the old default), for the rate."""
-    saved = os.environ.get("TESTAMENT_EMBEDDING_PROVIDER")
-    os.environ["TESTAMENT_EMBEDDING_PROVIDER"] = "hash"
-    try:
-        async with running_stack() as (stack, _port):
-            assert stack.dsn is not None
-            ingest_proc = next(c for c in stack.children if c.name == "ingest")
-            docs, wall, _ = await ingest(ingest_proc.port, stack.dsn, sets)
-    finally:
-        if saved is None:
-            os.environ.pop("TESTAMENT_EMBEDDING_PROVIDER", None)
-        else:
-            os.environ["TESTAMENT_EMBEDDING_PROVIDER"] = saved
+    async with running_stack(embedding="hash") as (stack, _port):
+        assert stack.dsn is not None
+        ingest_proc = next(c for c in stack.children if c.name == "ingest")
+        docs, wall, _ = await ingest(ingest_proc.port, stack.dsn, sets)
     total = sum(len(d.markdown.encode()) for d in docs.values())
     measured.baseline_p50_ms = wall * 1000 / len(docs)
     return Row("quality", "ingest labelled set (hash-384-v1), baseline", len(docs), wall * 1000 / len(docs),

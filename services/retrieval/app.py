@@ -398,11 +398,14 @@ class Retrieval:
         filters = db.Filters(entity_ids=list(entity_ids or ()))
         legs: dict[str, dict[str, list[uuid.UUID]]] = {"claim": {}, "chunk": {}}
         full = False
+        # Fusion reads each channel to its depth only: nominating (and confirming) more would
+        # cost time and change nothing.
+        depth = min(candidate_k, self.weights.depth)
         for kind in ("claim", "chunk"):
-            semantic = await self.legs.semantic(conn, kind, caller, vector, candidate_k, filters=filters)
-            lexical = await self.legs.lexical(conn, kind, caller, query, candidate_k, filters=filters)
+            semantic = await self.legs.semantic(conn, kind, caller, vector, depth, filters=filters)
+            lexical = await self.legs.lexical(conn, kind, caller, query, depth, filters=filters)
             legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
-            full = full or len(semantic) >= candidate_k or len(lexical) >= candidate_k
+            full = full or len(semantic) >= depth or len(lexical) >= depth
         claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
         claim_rows = await db.claims(conn, caller, claim_ids)
         chunk_of = {cid: row["chunk_id"] for cid, row in claim_rows.items() if row["chunk_id"] is not None}

@@ -14,7 +14,7 @@ otherwise): rows written by an embed stage running meanwhile would keep the old 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +88,3 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
             space_id, model, dimension)
     return {"space_id": str(space_id), "previous_model": previous, "model": model, "dimension": dimension,
             "reembedded": counts}
-
-
-def ids_of(rows: Sequence[Any]) -> list[Any]:
-    return [r[0] for r in rows]
