@@ -10,6 +10,12 @@
     testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
     testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
     testament queries list | author NS NAME --sql SQL --author P | approve ID --approver P | disable ID
+
+For people (over the gateway's HTTP API; --api-url, --key, --json on each):
+    testament ingest PATH... [--include GLOB] [--exclude GLOB] [--living] [--acl P] [--wait]
+    testament ask "QUESTION" [--claims | --combined] [--time current|history|at=ISO|overlap=FROM,TO]
+    testament resolve NAME | graph NAME [--hops N] | documents list|show|delete [DOC_ID]
+    testament sql "SELECT ..." [--params JSON] | changes [--follow] [--after CURSOR] | completion bash|zsh
 """
 
 from __future__ import annotations
@@ -317,7 +323,7 @@ def _cmd_queries(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="testament", description="Testament operator command")
+    parser = argparse.ArgumentParser(prog="testament", description="Testament: run, operate and ask the memory")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_up = sub.add_parser("up", help="start the whole stack in the foreground")
@@ -421,6 +427,10 @@ def main(argv: list[str] | None = None) -> None:
     for p in (p_qlist, p_qauthor, p_qapprove):
         p.add_argument("--space", default="default", help="space slug (default: default)")
     p_queries.set_defaults(func=_cmd_queries)
+
+    from services.console.commands import register
+
+    register(sub)
 
     args = parser.parse_args(argv)
     sys.exit(args.func(args))
