@@ -415,6 +415,13 @@ _DEFINITE_NP_RE = re.compile(
     r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
     r"|to|from|with|by|of|and|or|but|because|that|which)\b)"
 )
+# The parse-backed provider's antecedents also take capitalised modifiers ("the Atlas service")
+# and a verb-like next word ("the notification service sends …").
+_DEFINITE_NAMED_NP_RE = re.compile(
+    r"(?<![\w])[Tt]he\s+((?:[A-Za-z][\w-]*\s+){0,2}[a-z][a-z-]*)"
+    r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
+    r"|to|from|with|by|of|and|or|but|because|that|which)\b|\s+[a-z]+(?:s|ed)\b)"
+)
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
     r"(?<![\w'’])([Ii]['’](?:m|ve|ll|d)|I|i(?=\s)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
@@ -1496,10 +1503,15 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     return next(iter(names.values()))
 
 
-def _definite_nps(document: str, start: int, end: int) -> list[tuple[str, tuple[int, int]]]:
+def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -> list[tuple[str, tuple[int, int]]]:
     found = []
-    for match in _DEFINITE_NP_RE.finditer(document, start, end):
+    for match in (_DEFINITE_NAMED_NP_RE if named else _DEFINITE_NP_RE).finditer(document, start, end):
         words = list(re.finditer(r"\S+", match.group(1)))
+        if named:  # "the Atlas service is maintained": the noun phrase ends before the verb
+            cut = next((i for i, w in enumerate(words) if w.group() in _AUX), len(words))
+            words = words[:cut]
+            if not words or not words[-1].group()[:1].islower():
+                continue
         if any(w.group() in _FUNCTION_WORDS or w.group() in _AUX for w in words):
             continue
         following = document[match.end():match.end() + 2]
@@ -1517,11 +1529,12 @@ engineers member members person people team""".split())
 
 
 def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tuple[str, tuple[int, int]] | None:
-    candidates = [c for c in _definite_nps(ctx.model.text, sentence.start, position)
+    named = not ctx.speaker_prefix
+    candidates = [c for c in _definite_nps(ctx.model.text, sentence.start, position, named=named)
                   if c[0].split()[-1] not in _ROLE_HEADS]
     if not candidates and sentence.index > 0:
         previous = ctx.model.sentences[sentence.index - 1]
-        candidates = [c for c in _definite_nps(ctx.model.text, previous.start, previous.end)
+        candidates = [c for c in _definite_nps(ctx.model.text, previous.start, previous.end, named=named)
                       if c[0].split()[-1] not in _ROLE_HEADS]
     distinct = {text for text, _ in candidates}
     if len(distinct) != 1:

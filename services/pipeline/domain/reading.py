@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from services.pipeline.domain import nlp, timeparse
@@ -360,6 +361,7 @@ def _without_leading_time(text: str) -> str:
     return text
 
 
+@lru_cache(maxsize=8192)
 def prepared(text: str) -> str:
     """The text the parser reads for a claim (see :func:`read`)."""
     return _without_leading_time(_without_prefix(text)[0])
@@ -393,8 +395,8 @@ def read(text: str) -> list[Reading]:
         name = key_value.group("name").strip()
         return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
                       state=False)]
-    text, corrected = _without_prefix(text)
-    text = _without_leading_time(text)
+    corrected = _without_prefix(text)[1]
+    text = prepared(text)
     doc = nlp.parse(text)
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
