@@ -221,15 +221,17 @@ def test_truncation_is_exact_and_caps_clamp(qs: Harness) -> None:
     assert none["truncated"] and none["rows"] == [] and none["empty_result"]
     clamped = qs.sql("SELECT 1", max_rows=5000)
     assert clamped["limits"]["row_cap"] == 1000 and clamped["termination_reason"] == "completed"
-    one_row = len(json_row(qs.rows("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id LIMIT 1")[0]))
-    small = qs.sql("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id", max_bytes=one_row * 2 + 3)
-    assert small["truncation_reason"] == "byte_cap" and 1 <= small["returned_row_count"] <= 2
-    assert small["returned_byte_count"] <= one_row * 2 + 3
+    first = qs.rows("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id LIMIT 3")
+    s1, s2, s3 = (len(json_row(r).encode()) for r in first)
+    cap = 2 + s1 + 1 + s2 + s3 // 2  # "[row1,row2" fits, ",row3]" does not, whatever the texts' lengths
+    small = qs.sql("SELECT claim_id, claim_text FROM claims_live ORDER BY claim_id", max_bytes=cap)
+    assert small["truncation_reason"] == "byte_cap" and small["returned_row_count"] == 2
+    assert small["returned_byte_count"] == 2 + s1 + 1 + s2 <= cap
 
 
 def json_row(row: list[Any]) -> str:
     import json
-    return json.dumps(row, separators=(",", ":"))
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
 
 def test_cells_are_encoded_by_sql_type(qs: Harness) -> None:
