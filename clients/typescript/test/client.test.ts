@@ -2,6 +2,9 @@
 
 import assert from "node:assert/strict";
 import { createHash, randomUUID } from "node:crypto";
+import { readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { after, before, describe, test } from "node:test";
 
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -17,7 +20,7 @@ import {
   type ServiceName,
   type TestamentClient,
 } from "../src/index.js";
-import { startStack, type Stack } from "./stack.js";
+import { REPO, startStack, type Stack } from "./stack.js";
 
 const SERVICES = ["ingest", "pipeline", "retrieval", "graph", "queryspace"] as const;
 
@@ -204,5 +207,23 @@ describe("testament stack", () => {
       assert.equal(e.domain, "testament");
       return true;
     });
+  });
+
+  test("the README's Node example runs as written (pointed at this stack)", async () => {
+    const readme = await readFile(join(REPO, "clients/typescript/README.md"), "utf8");
+    const example = /```ts node\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(example, "the README has no ```ts node block");
+    const file = join(REPO, `.readme-example-${randomUUID()}.ts`);
+    await writeFile(file, example.replace("http://127.0.0.1:8001", `http://${stack.addresses["gateway"]}`));
+    const logged: unknown[] = [];
+    const log = console.log;
+    console.log = (...items: unknown[]) => void logged.push(...items);
+    try {
+      await import(pathToFileURL(file).href);
+    } finally {
+      console.log = log;
+      await rm(file, { force: true });
+    }
+    assert.deepEqual(logged, [3]);
   });
 });
