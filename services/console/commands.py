@@ -65,6 +65,8 @@ def register(sub: Any) -> None:
     mode.add_argument("--combined", action="store_true", help="facts and claims side by side")
     p.add_argument("--time", default="current", help="current | history | at=ISO | overlap=FROM,TO")
     p.add_argument("--entity", action="append", default=[], help="anchor on this entity id (repeatable)")
+    p.add_argument("--as-of-belief", default=None, metavar="ISO",
+                   help="what memory believed at that instant (needs --entity; read through facts_as_of)")
 
     p = add("resolve", "which entities a name may mean", _resolve)
     p.add_argument("name")
@@ -271,6 +273,8 @@ def _ask(args: argparse.Namespace) -> int:
         envelope = remote.call("POST", "/operations/claims_and_sources_context", json_body=body)
         return _out(args, envelope, lambda out: out.print(render.claims_view(envelope)))
     body["time"] = parse_time(args.time)
+    if args.as_of_belief is not None:
+        return _ask_as_believed(args, remote, body["time"])
     if args.combined:
         bundle = remote.call("POST", "/operations/combined_context", json_body=body)
 
@@ -280,6 +284,39 @@ def _ask(args: argparse.Namespace) -> int:
 
         return _out(args, bundle, both)
     envelope = remote.call("POST", "/operations/facts_context", json_body=body)
+    return _out(args, envelope, lambda out: out.print(render.facts_view(envelope)))
+
+
+BELIEVED = """SELECT fact_id, fact_kind, fact_label, valid_from, valid_until, valid_precision, ingested_at,
+                      invalidated_at, temporal_match
+                 FROM facts_as_of($1::timestamptz, $2::timestamptz, 1000)
+                WHERE subject_entity_id = ANY($3::uuid[]) OR object_entity_id = ANY($3::uuid[])
+                ORDER BY valid_from NULLS FIRST, fact_label"""
+
+
+def _ask_as_believed(args: argparse.Namespace, remote: Remote, time_object: dict[str, str]) -> int:
+    """Belief-time travel: the operations always answer as believed now, so this reads the
+    query space's facts_as_of for the anchored entities."""
+    if not args.entity:
+        raise CommandError("--as-of-belief needs --entity (ids from `testament resolve`)", USAGE)
+    believed = parse_time(f"at={args.as_of_belief}")["at"]
+    if time_object["mode"] not in ("current", "at"):
+        raise CommandError("--as-of-belief reads one world instant: --time current or at=ISO", USAGE)
+    valid = time_object.get("at") or dt.datetime.now(dt.UTC).isoformat()
+    result = remote.call("POST", "/query/sql", json_body={"sql": BELIEVED, "parameters": [valid, believed,
+                                                                                          args.entity]})
+    if result.get("termination_reason") != "completed":
+        raise CommandError(f"{result.get('error_code')}: {result.get('error_message')}")
+    names = [c["name"] for c in result["columns"]]
+    facts = []
+    for row in result["rows"]:
+        cell = dict(zip(names, row, strict=True))
+        facts.append({"fact_id": cell["fact_id"], "kind": cell["fact_kind"], "label": cell["fact_label"],
+                      "temporal_match": cell["temporal_match"], "evidence_count": "",
+                      "validity": {k: cell[k] for k in ("valid_from", "valid_until", "valid_precision",
+                                                        "ingested_at", "invalidated_at")}})
+    envelope = {"facts": facts, "negative": None if facts else {
+        "kind": "known_empty", "explanation": f"memory held no fact about these entities as believed at {believed}"}}
     return _out(args, envelope, lambda out: out.print(render.facts_view(envelope)))
 
 

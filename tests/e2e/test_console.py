@@ -119,6 +119,18 @@ def test_ask_draws_the_time_page_in_every_mode(base: str, time_page: Path, mode:
     assert data["facts"]
 
 
+def test_ask_as_believed_at_an_instant(base: str, time_page: Path) -> None:
+    ravi = json.loads(cli(base, "resolve", "Ravi", "--json").stdout)["entities"][0]["entity_id"]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    believed = json.loads(cli(base, "ask", "Ravi", "--entity", ravi, "--as-of-belief", now, "--time",
+                              "at=2026-03-01T00:00:00Z", "--json").stdout)
+    assert any(f["label"] == "Ravi works on billing migration" for f in believed["facts"]), believed
+    before = cli(base, "ask", "Ravi", "--entity", ravi, "--as-of-belief", "2020-01-01T00:00:00Z")
+    assert before.returncode == 0 and "memory held no fact" in before.stdout
+    usage = cli(base, "ask", "Ravi", "--as-of-belief", now)
+    assert usage.returncode == 2 and "needs --entity" in usage.stderr
+
+
 def test_sql_graph_claims_and_documents(base: str, time_page: Path) -> None:
     rows = json.loads(cli(base, "sql", "SELECT fact_label FROM facts_current WHERE fact_label ILIKE $1",
                           "--params", '["%search team%"]', "--json").stdout)
