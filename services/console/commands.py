@@ -211,30 +211,45 @@ def _wait(remote: Remote, outcomes: list[dict[str, Any]], console: Console, *, q
     waiting = {o["version_id"]: o for o in outcomes if o["outcome"] == "created"}
     if not waiting:
         return
-    if not quiet:
-        console.print(f"waiting for {len(waiting)} version(s) to be processed …")
     deadline = time.monotonic() + WAIT_S
-    for start in range(0, len(waiting), 1000):
-        ids = list(waiting)[start:start + 1000]
-        request = {"versionIds": ids, "require": {"pipeline": True, "p1": True, "liveGraph": False, "p3": False}}
-        last: dict[str, Any] = {}
-        # The gateway caps one stream at its deadline: watch again until done or out of time.
-        while time.monotonic() < deadline and not last.get("ready"):
-            for message in remote.stream(WATCH_READINESS, request, timeout_s=deadline - time.monotonic()):
-                last = message.get("report", {})
-            if any(s.get("status") == "STAGE_STATUS_DEAD_LETTER" for v in last.get("versions", [])
-                   for s in v.get("stages", [])):
-                break
-        for version in last.get("versions", []):
-            stages = version.get("stages", [])
-            dead = [s.get("stage") for s in stages if s.get("status") == "STAGE_STATUS_DEAD_LETTER"]
-            entry = waiting.get(version.get("versionId"))
-            if entry is None:
-                continue
-            if dead:
-                entry["outcome"], entry["detail"] = "failed", f"stage {dead[0]} dead-lettered"
-            elif version.get("ready"):
-                entry["outcome"] = "ready"
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  console=console, disable=quiet or not console.is_terminal) as progress:
+        task = progress.add_task("processing", total=len(waiting))
+        done_before = 0
+        for start in range(0, len(waiting), 1000):
+            ids = list(waiting)[start:start + 1000]
+            last = _watch(remote, ids, deadline, lambda n, d=done_before: progress.update(task, completed=d + n))
+            done_before += len(ids)
+            _settle(waiting, last)
+
+
+def _watch(remote: Remote, ids: list[str], deadline: float, on_ready: Callable[[int], None]) -> dict[str, Any]:
+    """Readiness reports for ``ids`` until all are ready, one is dead-lettered, or time is up;
+    the gateway caps one stream at its deadline, so the watch is opened again as needed."""
+    request = {"versionIds": ids, "require": {"pipeline": True, "p1": True, "liveGraph": False, "p3": False}}
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline and not last.get("ready"):
+        for message in remote.stream(WATCH_READINESS, request, timeout_s=deadline - time.monotonic()):
+            last = message.get("report", {})
+            on_ready(sum(1 for v in last.get("versions", []) if v.get("ready")))
+        if any(s.get("status") == "STAGE_STATUS_DEAD_LETTER" for v in last.get("versions", [])
+               for s in v.get("stages", [])):
+            break
+    return last
+
+
+def _settle(waiting: dict[str, dict[str, Any]], last: dict[str, Any]) -> None:
+    """Each waited-for file's outcome from the last report: ready, or failed naming the stage."""
+    for version in last.get("versions", []):
+        stages = version.get("stages", [])
+        dead = [s.get("stage") for s in stages if s.get("status") == "STAGE_STATUS_DEAD_LETTER"]
+        entry = waiting.get(version.get("versionId"))
+        if entry is None:
+            continue
+        if dead:
+            entry["outcome"], entry["detail"] = "failed", f"stage {dead[0]} dead-lettered"
+        elif version.get("ready"):
+            entry["outcome"] = "ready"
 
 
 # --- ask, resolve, graph ---------------------------------------------------------------------
