@@ -4,8 +4,10 @@ Starts the embedded PostgreSQL (unless a database URL is configured), applies
 migrations, then the five services and the gateway, each as its own OS process
 on its own port, and prints one line when all are healthy. SIGINT/SIGTERM stops
 the services first (each drains), then the gateway, then PostgreSQL, and leaves
-no process behind. If any process dies, everything is stopped and the exit code
-is 1.
+no process behind. A process that dies is started again on the same port, after a
+pause that doubles with each crash in a row (1 s up to 30 s) and says so in the log;
+meanwhile the gateway answers 503 for that service's routes and every other route
+keeps working.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ class Child:
     name: str
     port: int
     proc: subprocess.Popen[bytes]
+    env: dict[str, str]
+    crashes: int = 0  # in a row: reset once it has stayed up for a while
+    restart_at: float | None = None
+    started_at: float = 0.0
+
+
+RESTART_BACKOFF_S = (1.0, 30.0)  # first pause, longest pause
+STABLE_S = 60.0  # up this long after a restart: the crash streak is over
 
 
 class Stack:
@@ -66,14 +76,17 @@ class Stack:
         return env
 
     def _spawn(self, name: str, port: int, env: dict[str, str]) -> None:
+        self.children.append(Child(name, port, self._popen(name, env), env, started_at=time.monotonic()))
+
+    @staticmethod
+    def _popen(name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         module = "services.gateway" if name == GATEWAY else f"services.{name}"
-        proc = subprocess.Popen(  # noqa: S603
+        return subprocess.Popen(  # noqa: S603
             die_with_parent([sys.executable, "-m", module]),
             env=env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
         )
-        self.children.append(Child(name, port, proc))
 
     def start(self) -> None:
         if self.dsn is None:
@@ -120,16 +133,26 @@ class Stack:
 
     # --- run and stop ----------------------------------------------------------------
     def watch(self, stop: list[int]) -> int:
-        """Block until a signal arrives (0) or a child dies (1)."""
+        """Block until a signal arrives (0), restarting any child that dies."""
         while not stop:
+            now = time.monotonic()
             for child in self.children:
-                if child.proc.poll() is not None:
-                    print(
-                        f"testament: {child.name} exited unexpectedly (code {child.proc.returncode});"
-                        " stopping the stack",
-                        file=sys.stderr,
-                    )
-                    return 1
+                if child.proc.poll() is None:
+                    if child.crashes and now - child.started_at > STABLE_S:
+                        child.crashes = 0
+                    continue
+                if child.restart_at is None:
+                    first, longest = RESTART_BACKOFF_S
+                    pause = min(longest, first * 2 ** child.crashes)
+                    child.crashes += 1
+                    child.restart_at = now + pause
+                    print(f"testament: {child.name} exited unexpectedly (code {child.proc.returncode}); "
+                          f"restarting it in {pause:g} s (crash {child.crashes} in a row)", file=sys.stderr,
+                          flush=True)
+                elif now >= child.restart_at:
+                    child.proc = self._popen(child.name, child.env)
+                    child.restart_at, child.started_at = None, now
+                    print(f"testament: {child.name} restarted on port {child.port}", file=sys.stderr, flush=True)
             time.sleep(0.2)
         return 0
 

@@ -49,3 +49,60 @@ def test_up_serves_healthz_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_crashed_service_is_restarted_and_the_rest_keep_answering(tmp_path: Path) -> None:
+    """kill -9 of each service in turn under `testament up`: the launcher restarts it on its
+    port (and says so), the gateway answers 503 for its routes meanwhile, other routes work."""
+    (port,) = free_ports(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESTAMENT_") and k != "DATABASE_URL"}
+    log = tmp_path / "up.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+             "--gateway-port", str(port)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("Testament is up") and proc.poll() is None:
+            line = proc.stdout.readline()
+        names = dict(re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line))
+
+        def pid_on(port_number: str) -> int:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if any(c.laddr.port == int(port_number) and c.status == psutil.CONN_LISTEN
+                           for c in child.net_connections(kind="tcp")):
+                        return child.pid
+                except psutil.Error:
+                    continue
+            raise AssertionError(f"nothing listens on {port_number}")
+
+        for service, probe, other in [("retrieval", ("GET", "/resolve?name=x"), ("GET", "/documents")),
+                                      ("graph", ("POST", "/graph/neighborhood"), ("GET", "/resolve?name=x"))]:
+            os.kill(pid_on(names[service]), signal.SIGKILL)
+            time.sleep(0.3)
+            down = httpx.request(probe[0], f"{base}{probe[1]}", json={"entity_id": "00000000-0000-4000-8000-"
+                                                                              "000000000000"}, timeout=10)
+            assert down.status_code == 503, (service, down.status_code, down.text)
+            assert httpx.request(other[0], f"{base}{other[1]}", timeout=10).status_code == 200
+            back = time.monotonic() + 60
+            while time.monotonic() < back:
+                again = httpx.request(probe[0], f"{base}{probe[1]}", json={
+                    "entity_id": "00000000-0000-4000-8000-000000000000"}, timeout=10)
+                if again.status_code != 503:
+                    break
+                time.sleep(0.3)
+            assert again.status_code < 500, (service, again.status_code, again.text)
+        text = log.read_text()
+        assert "retrieval exited unexpectedly" in text and "retrieval restarted on port" in text
+        assert "graph restarted on port" in text
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
