@@ -60,6 +60,54 @@ async def _stdio_session(base: str, *extra: str):  # type: ignore[no-untyped-def
     return stdio_client(params)
 
 
+async def call_every_tool(session: ClientSession, listed: list[str]) -> dict:
+    """Each tool but delete_document once, as an agent would call it; returns the ingested version."""
+    resolved = payload(await session.call_tool("resolve_entity", {"name": "Ravi Shanker"}))
+    ravi = resolved["entities"][0]["entity_id"]
+    facts = await session.call_tool("facts_context", {"query": "who owns the billing exporter",
+                                                      "entity_ids": [ravi], "time": {"mode": "current"}})
+    assert not facts.isError
+    assert any("billing exporter" in f["label"] for f in payload(facts)["facts"])
+    around = payload(await session.call_tool("graph_neighborhood", {"entity_id": ravi, "hops": 1}))
+    assert {n["name"] for n in around["nodes"]} >= {"Ravi Shanker", "Dana Kim"}
+    found = payload(await session.call_tool("search_claims", {"query": "exporter", "channel": "bm25"}))
+    assert found["evidence"]
+
+    ingested = payload(await session.call_tool("ingest", {"text": "# Later\n\nDana Kim owns the ledger.\n",
+                                                          "filename": "later.md"}))
+    assert ingested["pipeline"]["next_tool"] == "pipeline_readiness"
+    ready = await session.call_tool("pipeline_readiness", ingested["pipeline"]["poll_with"])
+    assert not ready.isError and "ready" in payload(ready)
+    changes = payload(await session.call_tool("recent_changes", {"wait_s": 1}))
+    assert "changes" in changes and "cursor" in changes
+
+    # every other tool once, as an agent would call it
+    dana = payload(await session.call_tool("resolve_entity", {"name": "Dana Kim"}))["entities"][0]["entity_id"]
+    calls = {
+        "claims_and_sources_context": {"query": "who owns the billing exporter", "k": 5},
+        "combined_context": {"query": "billing exporter", "entity_ids": [ravi]},
+        "graph_path": {"from_entity_id": dana, "to_entity_id": ravi},
+        "describe_query_space": {"pattern": "facts*"},
+        "search_query_space": {"query": "current facts"},
+        "query_sql": {"sql": "SELECT fact_label FROM facts_current ORDER BY fact_label", "max_rows": 10},
+        "explain_sql": {"sql": "SELECT count(*) FROM facts_current"},
+        "list_saved_queries": {"namespace": "examples"},
+        "describe_saved_query": {"namespace": "examples", "name": "relation_current"},
+        "run_saved_query": {"namespace": "examples", "name": "relation_current", "parameters": [ravi]},
+    }
+    assert set(calls) | {"resolve_entity", "facts_context", "graph_neighborhood", "search_claims", "ingest",
+                         "pipeline_readiness", "recent_changes", "delete_document"} == set(listed)
+    for name, args in calls.items():
+        result = await session.call_tool(name, args)
+        assert not result.isError, (name, payload(result))
+    rows = payload(await session.call_tool("query_sql", calls["query_sql"]))
+    assert rows["termination_reason"] == "completed" and rows["rows"], rows
+    path = payload(await session.call_tool("graph_path", calls["graph_path"]))
+    assert path["paths"], path
+
+    return ingested
+
+
 async def test_stdio_lists_the_tools_and_calls_each_kind(base: str) -> None:
     async with await _stdio_session(base) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -69,49 +117,7 @@ async def test_stdio_lists_the_tools_and_calls_each_kind(base: str) -> None:
         assert tools["delete_document"].annotations.destructiveHint is True
         assert tools["facts_context"].annotations.readOnlyHint is True
 
-        resolved = payload(await session.call_tool("resolve_entity", {"name": "Ravi Shanker"}))
-        ravi = resolved["entities"][0]["entity_id"]
-        facts = await session.call_tool("facts_context", {"query": "who owns the billing exporter",
-                                                          "entity_ids": [ravi], "time": {"mode": "current"}})
-        assert not facts.isError
-        assert any("billing exporter" in f["label"] for f in payload(facts)["facts"])
-        around = payload(await session.call_tool("graph_neighborhood", {"entity_id": ravi, "hops": 1}))
-        assert {n["name"] for n in around["nodes"]} >= {"Ravi Shanker", "Dana Kim"}
-        found = payload(await session.call_tool("search_claims", {"query": "exporter", "channel": "bm25"}))
-        assert found["evidence"]
-
-        ingested = payload(await session.call_tool("ingest", {"text": "# Later\n\nDana Kim owns the ledger.\n",
-                                                              "filename": "later.md"}))
-        assert ingested["pipeline"]["next_tool"] == "pipeline_readiness"
-        ready = await session.call_tool("pipeline_readiness", ingested["pipeline"]["poll_with"])
-        assert not ready.isError and "ready" in payload(ready)
-        changes = payload(await session.call_tool("recent_changes", {"wait_s": 1}))
-        assert "changes" in changes and "cursor" in changes
-
-        # every other tool once, as an agent would call it
-        dana = payload(await session.call_tool("resolve_entity", {"name": "Dana Kim"}))["entities"][0]["entity_id"]
-        calls = {
-            "claims_and_sources_context": {"query": "who owns the billing exporter", "k": 5},
-            "combined_context": {"query": "billing exporter", "entity_ids": [ravi]},
-            "graph_path": {"from_entity_id": dana, "to_entity_id": ravi},
-            "describe_query_space": {"pattern": "facts*"},
-            "search_query_space": {"query": "current facts"},
-            "query_sql": {"sql": "SELECT fact_label FROM facts_current ORDER BY fact_label", "max_rows": 10},
-            "explain_sql": {"sql": "SELECT count(*) FROM facts_current"},
-            "list_saved_queries": {"namespace": "examples"},
-            "describe_saved_query": {"namespace": "examples", "name": "relation_current"},
-            "run_saved_query": {"namespace": "examples", "name": "relation_current", "parameters": [ravi]},
-        }
-        assert set(calls) | {"resolve_entity", "facts_context", "graph_neighborhood", "search_claims", "ingest",
-                             "pipeline_readiness", "recent_changes", "delete_document"} == set(listed)
-        for name, args in calls.items():
-            result = await session.call_tool(name, args)
-            assert not result.isError, (name, payload(result))
-        rows = payload(await session.call_tool("query_sql", calls["query_sql"]))
-        assert rows["termination_reason"] == "completed" and rows["rows"], rows
-        path = payload(await session.call_tool("graph_path", calls["graph_path"]))
-        assert path["paths"], path
-
+        ingested = await call_every_tool(session, listed)
         deleted = payload(await session.call_tool("delete_document", {"doc_id": ingested["doc_id"]}))
         assert deleted["doc_id"] == ingested["doc_id"]
         again = await session.call_tool("delete_document", {"doc_id": ingested["doc_id"]})
@@ -181,6 +187,10 @@ def test_streamable_http_serves_the_same_tools_and_passes_the_callers_key_throug
                     ClientSession(read, write) as session:
                 await session.initialize()
                 names = [t.name for t in (await session.list_tools()).tools] if listing else []
+                if listing and key is None:
+                    ingested = await call_every_tool(session, names)
+                    deleted = payload(await session.call_tool("delete_document", {"doc_id": ingested["doc_id"]}))
+                    assert deleted["doc_id"] == ingested["doc_id"]
                 return names, payload(await session.call_tool("resolve_entity", {"name": "Dana Kim"}))
 
         names, resolved = asyncio.run(go())
