@@ -68,7 +68,9 @@ test-ts: install
 
 test: install lint check-generated test-python test-ts
 
+# wrk measures the gateway at saturation (a Python client would be the bottleneck).
 bench: install
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || true
 	$(BIN)/python -m bench
 
 clean:
