@@ -157,6 +157,14 @@ _DEPLOYMENT = "testament.common.v1.DeploymentService"
 _SCOPES = {s.value for s in CredentialScope}
 
 
+async def authenticate(channel: grpc.aio.Channel, metadata: list[tuple[str, str]],
+                       *, timeout_s: float) -> deployment_pb2.AuthenticateResponse:
+    """DeploymentService.Authenticate: who a credential names (raises AioRpcError)."""
+    call = channel.unary_unary(f"/{_DEPLOYMENT}/Authenticate", request_serializer=lambda m: m.SerializeToString(),
+                               response_deserializer=deployment_pb2.AuthenticateResponse.FromString)
+    return await call(deployment_pb2.AuthenticateRequest(), metadata=metadata, timeout=timeout_s)
+
+
 @dataclass(frozen=True)
 class Identity:
     space: str
@@ -302,11 +310,8 @@ class Gateway:
         channel = self.upstreams.channel_for(_DEPLOYMENT)
         if channel is None:
             return Identity("unknown", None)
-        call = channel.unary_unary(f"/{_DEPLOYMENT}/Authenticate",
-                                   request_serializer=lambda m: m.SerializeToString(),
-                                   response_deserializer=deployment_pb2.AuthenticateResponse.FromString)
         try:
-            reply = await call(deployment_pb2.AuthenticateRequest(), metadata=_metadata(request), timeout=5.0)
+            reply = await authenticate(channel, _metadata(request), timeout_s=5.0)
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 return error_response(None, error)

@@ -12,11 +12,10 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from testament.common.v1 import deployment_pb2
 
 from services.gateway import openapi
 from services.gateway.admission import CorsConfigError, Limits, parse_origins
-from services.gateway.app import HOP_HEADERS, DoorPolicy, Gateway, Upstreams
+from services.gateway.app import HOP_HEADERS, DoorPolicy, Gateway, Upstreams, authenticate
 from services.gateway.frontdoor import MAX_MESSAGE_BYTES, GrpcProxy, HttpFrontDoor, rpc_table
 from services.gateway.transcoder import Router, routes_for
 from services.platform import contract, telemetry
@@ -91,13 +90,10 @@ async def refuse_open_network(settings: Settings, app: Gateway, *, wait_s: float
     if settings.host in LOOPBACK_HOSTS:
         return
     channel = app.upstreams.channel_for("testament.common.v1.DeploymentService")
-    call = None if channel is None else channel.unary_unary(
-        "/testament.common.v1.DeploymentService/Authenticate", request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=deployment_pb2.AuthenticateResponse.FromString)
     deadline = asyncio.get_running_loop().time() + wait_s
-    while call is not None:
+    while channel is not None:
         try:
-            reply = await call(deployment_pb2.AuthenticateRequest(), timeout=2.0)
+            reply = await authenticate(channel, [], timeout_s=2.0)
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.UNAUTHENTICATED:
                 return  # keys exist: this call simply had none

@@ -302,8 +302,9 @@ class PgQueue:
         version has no finished extraction to redo (or was deleted)."""
 
         async def body(conn: asyncpg.Connection) -> str | None:
-            if (await locks.lock_versions(conn, [version_id])).get(version_id, False) is not None:
-                return None  # deleted, or no such version
+            live = await locks.lock_versions(conn, [version_id])
+            if version_id not in live or live[version_id] is not None:
+                return None  # no such version, or deleted
             row = await conn.fetchrow(
                 """SELECT v.space_id, count(*) FILTER (WHERE w.stage = 'extract_claims') AS runs
                      FROM document_versions v JOIN work_units w ON w.version_id = v.version_id
