@@ -39,6 +39,8 @@ from services.retrieval.domain import (
     operation,
     rrf,
     temporal_match,
+    turn_at,
+    turn_spans,
     validate_arguments,
     weights_for,
 )
@@ -139,8 +141,10 @@ def evidence_message(row: Any) -> t.EvidenceResult:
         is_current_testimony=row["is_current_testimony"],
         claim_valid_precision=enum_value(t.ClaimValidPrecision, row["claim_valid_precision"]),
         source_kind=row["source_kind"])
+    turns = turn_spans(row["passage_text"], row["passage_start"]) if row["passage_text"] else []
     for span in row["evidence_spans"] or []:
-        message.evidence_spans.add(char_start=span["char_start"], char_end=span["char_end"])
+        message.evidence_spans.add(char_start=span["char_start"], char_end=span["char_end"],
+                                   turn_id=turn_at(turns, span["char_start"]))
     _set_ts(message, "asserted_at", row["asserted_at"])
     if row["claim_valid_precision"] != "unknown":
         _set_ts(message, "claim_valid_from", row["claim_valid_from"])
@@ -164,6 +168,7 @@ def chunk_message(row: Any) -> t.ChunkEvidenceResult:
     if row["location_header"]:
         message.context_prefix = row["location_header"]
     _set_ts(message, "source_modified_at", row["source_modified_at"])
+    message.turn_ids.extend(turn for _, _, turn in turn_spans(row["chunk_text"]))
     return message
 
 

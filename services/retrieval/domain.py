@@ -440,6 +440,23 @@ _TIME_EXPRESSION = re.compile(
 _TURN_HEAD = re.compile(r"^\[[^\]\n]*\]", re.MULTILINE)
 
 
+_TURN_ANCHOR = re.compile(r"^\[(?P<id>[^|\]\n]+?)[ \t]*\|[^\]\n]*\]", re.MULTILINE)
+
+
+def turn_spans(text: str, offset: int = 0) -> list[tuple[int, int, str]]:
+    """The conversation turns of a passage as ``(start, end, turn id)`` in document offsets
+    (the passage starts at ``offset``): a turn runs from its ``[<turn-id> | <time>]`` anchor
+    to the next anchor or the passage end. Empty for a passage without anchors."""
+    heads = [(m.start() + offset, m.group("id")) for m in _TURN_ANCHOR.finditer(text)]
+    ends = [start for start, _ in heads[1:]] + [offset + len(text)] if heads else []
+    return [(start, end, turn) for (start, turn), end in zip(heads, ends, strict=True)]
+
+
+def turn_at(turns: Sequence[tuple[int, int, str]], start: int) -> str | None:
+    """The id of the turn a range starting at ``start`` lies in, if any."""
+    return next((turn for lo, hi, turn in turns if lo <= start < hi), None)
+
+
 def is_temporal_question(question: str) -> bool:
     """Does the question ask for a time: "when…", "how long…", "what date…", "by which day…"?"""
     return bool(_TEMPORAL_QUESTION.search(question[:2000]))

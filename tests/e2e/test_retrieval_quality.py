@@ -110,6 +110,40 @@ def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:
         assert any(line.startswith("[s") for line in row["chunk_text"].splitlines()), row["chunk_text"]
 
 
+def test_evidence_names_the_conversation_turns_it_came_from(ingested) -> None:
+    dsn, sets, docs = ingested
+    questions = [q for s in sets if s.name.startswith("conv") for q in s.questions][:20]
+
+    async def run() -> list:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            retrieval = Retrieval(db, HashEmbeddings(), None)
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            return [await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q.text})
+                    for q in questions]
+        finally:
+            await db.close()
+
+    def turn_of(doc_id: str, start: int, end: int) -> list[str]:
+        doc = docs[uuid.UUID(doc_id)]
+        return [u.unit_id.split("#", 1)[1] for u in doc.units_in(start, end) if u.text.startswith("[")]
+
+    spans = chunks = 0
+    for env in asyncio.run(run()):
+        for chunk in env.chunks:
+            if docs[uuid.UUID(chunk.doc_id)].kind == "conversation":
+                assert list(chunk.turn_ids) == turn_of(chunk.doc_id, chunk.char_start, chunk.char_end)
+                chunks += 1
+        for claim in env.evidence:
+            if docs[uuid.UUID(claim.doc_id)].kind != "conversation":
+                assert all(not span.HasField("turn_id") for span in claim.evidence_spans)
+                continue
+            origin = claim.evidence_spans[0]
+            assert [origin.turn_id] == turn_of(claim.doc_id, origin.char_start, origin.char_end)
+            spans += 1
+    assert chunks and spans
+
+
 def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanned(ingested) -> None:
     dsn, _, _ = ingested
 
