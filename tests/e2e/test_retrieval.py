@@ -197,6 +197,8 @@ def test_primitives_answer_with_typed_negatives(base: str) -> None:
     around = httpx.post(f"{base}/chunks/adjacent", json={"chunk_id": chunk["chunk_id"], "window": 2}).json()
     assert around["chunks"][0]["chunk_id"] == chunk["chunk_id"]
     assert httpx.get(f"{base}/chunks/{unknown}/adjacent").json()["negative"]["kind"] == "unknown_entity"
+    wrong_turn = httpx.get(f"{base}/chunks/{chunk['chunk_id']}/adjacent", params={"turn_id": "s9-9"})
+    assert wrong_turn.status_code == 422 and wrong_turn.json()["detail"][0]["loc"][-1] == "turn_id", wrong_turn.text
     nothing = httpx.get(f"{base}/search/claims", params={"query": "xylophone", "channel": "bm25"}).json()
     assert nothing["evidence"] == [] and nothing["negative"]["kind"] == "known_empty"
 

@@ -20,7 +20,7 @@ from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
-from services.platform.errors import Conflict, InvalidArgument
+from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
 from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 from tests.conftest import clone_database
@@ -142,6 +142,36 @@ def test_evidence_names_the_conversation_turns_it_came_from(ingested) -> None:
             assert [origin.turn_id] == turn_of(claim.doc_id, origin.char_start, origin.char_end)
             spans += 1
     assert chunks and spans
+
+
+def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
+    dsn, _, docs = ingested
+    conversation = next(doc_id for doc_id, d in docs.items() if d.kind == "conversation")
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            primitives = Primitives(Retrieval(db, HashEmbeddings(), None))
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            ids = [r["chunk_id"] for r in await db.fetch(
+                "SELECT chunk_id FROM chunks WHERE doc_id = $1 ORDER BY ordinal", conversation)]
+            assert len(ids) >= 3
+            whole = await primitives.adjacent(caller, ids[1], 1)
+            assert [c.chunk_id for c in whole.chunks] == [str(i) for i in ids[:3]]
+            middle = whole.chunks[1]
+            first, last = middle.turn_ids[0], middle.turn_ids[-1]
+            # The last turn's neighbour is the next chunk's first turn, never the one before.
+            after = await primitives.adjacent(caller, ids[1], 1, last)
+            assert [c.chunk_id for c in after.chunks] == [str(ids[1]), str(ids[2])]
+            before = await primitives.adjacent(caller, ids[1], 1, first)
+            assert [c.chunk_id for c in before.chunks] == [str(ids[0]), str(ids[1])]
+            turns = [t for c in whole.chunks for t in c.turn_ids]
+            assert turns.index(last) + 1 == turns.index(after.chunks[1].turn_ids[0])
+            with pytest.raises(ValidationFailed):
+                await primitives.adjacent(caller, ids[1], 1, "s99-99")
+        finally:
+            await db.close()
+    asyncio.run(run())
 
 
 def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanned(ingested) -> None:
