@@ -262,18 +262,6 @@ class Fused:
     signals: dict[str, float] = field(default_factory=dict)
 
 
-def rrf(channels: Mapping[str, Sequence[uuid.UUID]], k: int = RRF_K) -> list[Fused]:
-    """Reciprocal rank fusion: Σ 1/(k + rank), each channel's contribution kept."""
-    fused: dict[uuid.UUID, Fused] = {}
-    for channel, ranked in channels.items():
-        for rank, item in enumerate(ranked, start=1):
-            entry = fused.setdefault(item, Fused(item))
-            contribution = 1.0 / (k + rank)
-            entry.score += contribution
-            entry.signals[channel] = contribution
-    return sorted(fused.values(), key=lambda f: (-f.score, str(f.item_id)))
-
-
 @dataclass(frozen=True)
 class FusionWeights:
     """How evidence channels are fused. Set from the labelled set (tests/data/retrieval,
@@ -373,12 +361,35 @@ def _channel_scores(legs: Mapping[str, Sequence[uuid.UUID]], kind: str, weights:
                     ) -> dict[uuid.UUID, dict[str, float]]:
     out: dict[uuid.UUID, dict[str, float]] = {}
     for channel, ranked in legs.items():
-        w = weights.weight(kind, channel)
+        w = weights.weight(kind, channel) if kind != "fact" else 1.0
         for rank, item in enumerate(ranked[: weights.depth], start=1):
             signals = out.setdefault(item, {})  # a channel weighted 0 still nominates, last
             if w > 0:
                 signals[channel] = signals.get(channel, 0.0) + w / (weights.k + rank)
     return out
+
+
+def _lift(item: uuid.UUID, signals: dict[str, float], weights: FusionWeights, named: frozenset[uuid.UUID],
+          dated: frozenset[uuid.UUID], temporal: bool) -> Fused:
+    base = sum(signals.values())
+    if weights.entity_lift and item in named:
+        signals["entity"] = base * weights.entity_lift
+    if weights.temporal_lift and temporal and item in dated:
+        signals["temporal"] = base * weights.temporal_lift
+    return Fused(item, sum(signals.values()), signals)
+
+
+def _best_first(items: list[Fused]) -> list[Fused]:
+    return sorted(items, key=lambda f: (-f.score, str(f.item_id)))
+
+
+def fuse_facts(legs: Mapping[str, Sequence[uuid.UUID]], weights: FusionWeights, *,
+               named: frozenset[uuid.UUID] = frozenset()) -> list[Fused]:
+    """Facts by the evidence machinery: ``1 / (k + rank)`` from each channel to its depth,
+    the channels weighted alike (the labelled set has no fact-level gold to set them from),
+    and the entity lift for facts about an entity the question names."""
+    return _best_first([_lift(item, signals, weights, named, frozenset(), False)
+                        for item, signals in _channel_scores(legs, "fact", weights).items()])
 
 
 def fuse_evidence(c: EvidenceCandidates, weights: FusionWeights) -> tuple[list[Fused], list[Fused]]:
@@ -397,12 +408,7 @@ def fuse_evidence(c: EvidenceCandidates, weights: FusionWeights) -> tuple[list[F
             best_claim[chunk] = max(best_claim.get(chunk, 0.0), sum(signals.values()))
 
     def finish(item: uuid.UUID, signals: dict[str, float]) -> Fused:
-        base = sum(signals.values())
-        if weights.entity_lift and item in c.named:
-            signals["entity"] = base * weights.entity_lift
-        if weights.temporal_lift and c.temporal and item in c.dated:
-            signals["temporal"] = base * weights.temporal_lift
-        return Fused(item, sum(signals.values()), signals)
+        return _lift(item, signals, weights, c.named, c.dated, c.temporal)
 
     claims = []
     for claim, signals in claim_direct.items():
@@ -419,8 +425,7 @@ def fuse_evidence(c: EvidenceCandidates, weights: FusionWeights) -> tuple[list[F
         if weights.cross and chunk in best_claim:
             signals["claims"] = weights.cross * best_claim[chunk]
         chunks.append(finish(chunk, signals))
-    order = lambda f: (-f.score, str(f.item_id))  # noqa: E731 - a sort key
-    return sorted(claims, key=order), sorted(chunks, key=order)
+    return _best_first(claims), _best_first(chunks)
 
 
 _TEMPORAL_QUESTION = re.compile(

@@ -9,6 +9,7 @@ from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
     fuse_evidence,
+    fuse_facts,
     is_temporal_question,
     mentions_time,
     name_keys,
@@ -87,3 +88,14 @@ def test_turns_of_a_passage_and_the_turn_a_span_lies_in() -> None:
     assert turn_at(turns, offset + passage.index("cat btw")) == "s2-8"
     assert turn_at(turns, offset - 5) is None  # outside the passage: unknown, not guessed
     assert turn_spans("# Weekly notes\n\nNo turns in here.") == []
+
+
+def test_facts_fuse_by_the_same_machinery_and_a_named_entity_lifts_its_facts() -> None:
+    a, b, c = (uuid.uuid4() for _ in range(3))
+    legs = {"semantic": [a, b, c], "bm25": [b, a], "entity_profile": [c]}
+    plain = fuse_facts(legs, FusionWeights(k=60, depth=200))
+    assert [f.item_id for f in plain][:2] in ([a, b], [b, a]) and plain[-1].item_id == c
+    lifted = fuse_facts(legs, FusionWeights(k=60, depth=200, entity_lift=1.0), named=frozenset({c}))
+    assert lifted[0].item_id == c and lifted[0].signals["entity"] > 0
+    for fused in lifted:
+        assert abs(sum(fused.signals.values()) - fused.score) < 1e-12  # the ranking shows every share
