@@ -23,7 +23,7 @@ from bench._common import Row
 CALLERS = 4
 PER_CALL = 6
 
-_PROBE = """
+_PROBE = f"""
 import asyncio, json, sys, time
 from bench import labelled, quality
 from services.platform.embeddings import MiniLMEmbeddings
@@ -33,13 +33,13 @@ provider = MiniLMEmbeddings(batch_size=64, parallel=1, memo_size=0) if old else 
 async def main():
     await provider.warm_up()
     async def caller(part):
-        for i in range(0, len(part), {per_call}):
-            await provider.embed(part[i:i + {per_call}])
+        for i in range(0, len(part), {PER_CALL}):
+            await provider.embed(part[i:i + {PER_CALL}])
     started = time.perf_counter()
-    await asyncio.gather(*(caller(texts[k::{callers}]) for k in range({callers})))
+    await asyncio.gather(*(caller(texts[k::{CALLERS}]) for k in range({CALLERS})))
     print(json.dumps({{"n": len(texts), "s": time.perf_counter() - started}}))
 asyncio.run(main())
-""".format(per_call=PER_CALL, callers=CALLERS)
+"""
 
 
 def _probe(mode: str) -> tuple[int, float]:

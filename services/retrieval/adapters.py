@@ -301,15 +301,13 @@ async def co_members(conn: asyncpg.Connection, caller: Caller, groups: Sequence[
 CLAIM_COLUMNS = """c.claim_id, c.doc_id, c.chunk_id, c.version_id, c.claim_text, c.source_span, c.char_start,
                    c.char_end, c.evidence_spans, c.is_attributed, c.is_current_testimony, c.asserted_at,
                    c.claim_valid_from, c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind,
-                   c.attributed_to, d.title AS document_title, d.source_kind, p.chunk_text AS passage_text,
-                   p.char_start AS passage_start"""
+                   c.attributed_to, d.title AS document_title, d.source_kind"""
 
 
 async def claims(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID], *,
                  current_only: bool = True) -> dict[uuid.UUID, asyncpg.Record]:
     rows = await conn.fetch(
         f"""SELECT {CLAIM_COLUMNS} FROM claims c JOIN documents d ON d.doc_id = c.doc_id
-         LEFT JOIN chunks p ON p.chunk_id = c.chunk_id
              WHERE c.space_id = $1 AND c.claim_id = ANY($3::uuid[]) AND {DOC_VISIBLE}
                AND ($4::boolean = false OR c.is_current_testimony)""",
         caller.space_id, principals(caller), list(ids), current_only)

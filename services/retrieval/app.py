@@ -40,8 +40,6 @@ from services.retrieval.domain import (
     name_keys,
     operation,
     temporal_match,
-    turn_at,
-    turn_spans,
     validate_arguments,
     weights_for,
 )
@@ -142,10 +140,8 @@ def evidence_message(row: Any) -> t.EvidenceResult:
         is_current_testimony=row["is_current_testimony"],
         claim_valid_precision=enum_value(t.ClaimValidPrecision, row["claim_valid_precision"]),
         source_kind=row["source_kind"])
-    turns = turn_spans(row["passage_text"], row["passage_start"]) if row["passage_text"] else []
     for span in row["evidence_spans"] or []:
-        message.evidence_spans.add(char_start=span["char_start"], char_end=span["char_end"],
-                                   turn_id=turn_at(turns, span["char_start"]))
+        message.evidence_spans.add(char_start=span["char_start"], char_end=span["char_end"])
     _set_ts(message, "asserted_at", row["asserted_at"])
     if row["claim_valid_precision"] != "unknown":
         _set_ts(message, "claim_valid_from", row["claim_valid_from"])
@@ -169,7 +165,6 @@ def chunk_message(row: Any) -> t.ChunkEvidenceResult:
     if row["location_header"]:
         message.context_prefix = row["location_header"]
     _set_ts(message, "source_modified_at", row["source_modified_at"])
-    message.turn_ids.extend(turn for _, _, turn in turn_spans(row["chunk_text"]))
     return message
 
 

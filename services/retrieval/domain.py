@@ -457,11 +457,6 @@ def turn_spans(text: str, offset: int = 0) -> list[tuple[int, int, str]]:
     return [(start, end, turn) for (start, turn), end in zip(heads, ends, strict=True)]
 
 
-def turn_at(turns: Sequence[tuple[int, int, str]], start: int) -> str | None:
-    """The id of the turn a range starting at ``start`` lies in, if any."""
-    return next((turn for lo, hi, turn in turns if lo <= start < hi), None)
-
-
 def is_temporal_question(question: str) -> bool:
     """Does the question ask for a time: "when…", "how long…", "what date…", "by which day…"?"""
     return bool(_TEMPORAL_QUESTION.search(question[:2000]))

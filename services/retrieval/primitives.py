@@ -198,7 +198,8 @@ class Primitives:
                 return negative(env, "unknown_entity", "no visible chunk has this id",
                                 "find chunks with search_chunks")
             if turn_id is not None and turn_id not in [i for _, _, i in turn_spans(target["chunk_text"])]:
-                raise validation("turn_id", "Input should be one of the chunk's turn_ids", "literal_error", turn_id)
+                raise validation("turn_id", "Input should be the id of one of the chunk's turns", "literal_error",
+                                 turn_id)
             ids = await db.chunk_ids_between(conn, target["version_id"], target["ordinal"] - window,
                                              target["ordinal"] + window)
             found = await db.chunks(conn, caller, ids)

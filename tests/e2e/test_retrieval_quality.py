@@ -22,6 +22,7 @@ from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
 from services.retrieval.app import Retrieval
+from services.retrieval.domain import turn_spans
 from services.retrieval.primitives import Primitives
 from tests.conftest import clone_database
 from tests.e2e.test_pipeline import Pipeline
@@ -110,40 +111,6 @@ def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:
         assert any(line.startswith("[s") for line in row["chunk_text"].splitlines()), row["chunk_text"]
 
 
-def test_evidence_names_the_conversation_turns_it_came_from(ingested) -> None:
-    dsn, sets, docs = ingested
-    questions = [q for s in sets if s.name.startswith("conv") for q in s.questions][:20]
-
-    async def run() -> list:
-        db = await Database.connect(dsn, min_size=1, max_size=2)
-        try:
-            retrieval = Retrieval(db, HashEmbeddings(), None)
-            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
-            return [await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q.text})
-                    for q in questions]
-        finally:
-            await db.close()
-
-    def turn_of(doc_id: str, start: int, end: int) -> list[str]:
-        doc = docs[uuid.UUID(doc_id)]
-        return [u.unit_id.split("#", 1)[1] for u in doc.units_in(start, end) if u.text.startswith("[")]
-
-    spans = chunks = 0
-    for env in asyncio.run(run()):
-        for chunk in env.chunks:
-            if docs[uuid.UUID(chunk.doc_id)].kind == "conversation":
-                assert list(chunk.turn_ids) == turn_of(chunk.doc_id, chunk.char_start, chunk.char_end)
-                chunks += 1
-        for claim in env.evidence:
-            if docs[uuid.UUID(claim.doc_id)].kind != "conversation":
-                assert all(not span.HasField("turn_id") for span in claim.evidence_spans)
-                continue
-            origin = claim.evidence_spans[0]
-            assert [origin.turn_id] == turn_of(claim.doc_id, origin.char_start, origin.char_end)
-            spans += 1
-    assert chunks and spans
-
-
 def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
     dsn, _, docs = ingested
     conversation = next(doc_id for doc_id, d in docs.items() if d.kind == "conversation")
@@ -158,15 +125,15 @@ def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
             assert len(ids) >= 3
             whole = await primitives.adjacent(caller, ids[1], 1)
             assert [c.chunk_id for c in whole.chunks] == [str(i) for i in ids[:3]]
-            middle = whole.chunks[1]
-            first, last = middle.turn_ids[0], middle.turn_ids[-1]
+            turns_of = {c.chunk_id: [t for _, _, t in turn_spans(c.chunk_text)] for c in whole.chunks}
+            first, last = turns_of[str(ids[1])][0], turns_of[str(ids[1])][-1]
             # The last turn's neighbour is the next chunk's first turn, never the one before.
             after = await primitives.adjacent(caller, ids[1], 1, last)
             assert [c.chunk_id for c in after.chunks] == [str(ids[1]), str(ids[2])]
             before = await primitives.adjacent(caller, ids[1], 1, first)
             assert [c.chunk_id for c in before.chunks] == [str(ids[0]), str(ids[1])]
-            turns = [t for c in whole.chunks for t in c.turn_ids]
-            assert turns.index(last) + 1 == turns.index(after.chunks[1].turn_ids[0])
+            turns = [t for c in whole.chunks for t in turns_of[c.chunk_id]]
+            assert turns.index(last) + 1 == turns.index(turns_of[after.chunks[1].chunk_id][0])
             with pytest.raises(ValidationFailed):
                 await primitives.adjacent(caller, ids[1], 1, "s99-99")
         finally:

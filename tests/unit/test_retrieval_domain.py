@@ -13,7 +13,6 @@ from services.retrieval.domain import (
     is_temporal_question,
     mentions_time,
     name_keys,
-    turn_at,
     turn_spans,
     weights_for,
 )
@@ -75,7 +74,7 @@ def test_each_kind_of_embedder_has_its_weights() -> None:
     assert weights_for("hash-384-v1") is not weights_for("sentence-transformers/all-MiniLM-L6-v2")
 
 
-def test_turns_of_a_passage_and_the_turn_a_span_lies_in() -> None:
+def test_the_turns_of_a_passage() -> None:
     passage = ("[s2-7 | 2026-02-28T10:51:19Z] Tom: The Telecaster goes in hand luggage.\n\n"
                "[s2-8 | 2026-02-28T10:52:56Z] Priya: fair. I adopted a cat btw\n\n"
                "Note: [not a turn | at all] here")
@@ -84,9 +83,6 @@ def test_turns_of_a_passage_and_the_turn_a_span_lies_in() -> None:
     assert [t for _, _, t in turns] == ["s2-7", "s2-8"]
     second = passage.index("[s2-8")
     assert turns[0] == (offset, offset + second, "s2-7") and turns[1][1] == offset + len(passage)
-    assert turn_at(turns, offset + passage.index("Telecaster")) == "s2-7"
-    assert turn_at(turns, offset + passage.index("cat btw")) == "s2-8"
-    assert turn_at(turns, offset - 5) is None  # outside the passage: unknown, not guessed
     assert turn_spans("# Weekly notes\n\nNo turns in here.") == []
 
 

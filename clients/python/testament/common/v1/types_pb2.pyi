@@ -1128,29 +1128,21 @@ class EvidenceSpan(_message.Message):
 
     CHAR_START_FIELD_NUMBER: _builtins.int
     CHAR_END_FIELD_NUMBER: _builtins.int
-    TURN_ID_FIELD_NUMBER: _builtins.int
     char_start: _builtins.int
     """>= 0."""
     char_end: _builtins.int
     """> char_start."""
-    turn_id: _builtins.str
-    """The conversation turn the range starts in (its `[<turn-id> | <time>]` anchor, e.g.
-    "s1-4"); null outside a conversation or outside the claim's passage.
-    """
     def __init__(
         self,
         *,
         char_start: _builtins.int = ...,
         char_end: _builtins.int = ...,
-        turn_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "turn_id", b"turn_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "char_end", b"char_end", "char_start", b"char_start", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["char_end", b"char_end", "char_start", b"char_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__turn_id: _TypeAlias = _typing.Literal["turn_id"]  # noqa: Y015
-    _WhichOneofArgType__turn_id: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__turn_id) -> _WhichOneofReturnType__turn_id | None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EvidenceSpan: _TypeAlias = EvidenceSpan  # noqa: Y015
 
@@ -1364,7 +1356,6 @@ class ChunkEvidenceResult(_message.Message):
     SOURCE_KIND_FIELD_NUMBER: _builtins.int
     SOURCE_MODIFIED_AT_FIELD_NUMBER: _builtins.int
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
-    TURN_IDS_FIELD_NUMBER: _builtins.int
     chunk_id: _builtins.str
     """Chunk UUID."""
     doc_id: _builtins.str
@@ -1395,12 +1386,6 @@ class ChunkEvidenceResult(_message.Message):
     def published_at(self) -> _timestamp_pb2.Timestamp:
         """Publication time (UTC); null if unknown."""
 
-    @_builtins.property
-    def turn_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The conversation turns the chunk holds, in order (their `[<turn-id> | <time>]`
-        anchors); empty outside a conversation.
-        """
-
     def __init__(
         self,
         *,
@@ -1417,11 +1402,10 @@ class ChunkEvidenceResult(_message.Message):
         source_kind: _builtins.str = ...,
         source_modified_at: _timestamp_pb2.Timestamp | None = ...,
         published_at: _timestamp_pb2.Timestamp | None = ...,
-        turn_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_prefix", b"_context_prefix", "_document_title", b"_document_title", "_section_role", b"_section_role", "context_prefix", b"context_prefix", "document_title", b"document_title", "published_at", b"published_at", "section_role", b"section_role", "source_modified_at", b"source_modified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_prefix", b"_context_prefix", "_document_title", b"_document_title", "_section_role", b"_section_role", "char_end", b"char_end", "char_start", b"char_start", "chunk_id", b"chunk_id", "chunk_text", b"chunk_text", "context_prefix", b"context_prefix", "doc_id", b"doc_id", "document_title", b"document_title", "published_at", b"published_at", "representation_id", b"representation_id", "section_role", b"section_role", "source_kind", b"source_kind", "source_modified_at", b"source_modified_at", "turn_ids", b"turn_ids", "version_id", b"version_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_prefix", b"_context_prefix", "_document_title", b"_document_title", "_section_role", b"_section_role", "char_end", b"char_end", "char_start", b"char_start", "chunk_id", b"chunk_id", "chunk_text", b"chunk_text", "context_prefix", b"context_prefix", "doc_id", b"doc_id", "document_title", b"document_title", "published_at", b"published_at", "representation_id", b"representation_id", "section_role", b"section_role", "source_kind", b"source_kind", "source_modified_at", b"source_modified_at", "version_id", b"version_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_prefix: _TypeAlias = _typing.Literal["context_prefix"]  # noqa: Y015
     _WhichOneofArgType__context_prefix: _TypeAlias = _typing.Literal["_context_prefix", b"_context_prefix"]  # noqa: Y015

@@ -948,8 +948,9 @@ class AdjacentChunksRequest(_message.Message):
     window: _builtins.int
     """Default 1; 1 or 2."""
     turn_id: _builtins.str
-    """Widen by conversation turns: one of the target chunk's turn_ids. The window then counts
-    turns on each side of that turn, and the chunks holding them are returned, in order.
+    """Widen by conversation turns: the id of one of the target chunk's turns (the `s1-4` of
+    its `[s1-4 | <time>]` anchor). The window then counts turns on each side of that turn,
+    and the chunks holding them are returned, in order.
     """
     def __init__(
         self,

@@ -784,8 +784,9 @@ export type AdjacentChunksRequest = Message<"testament.retrieval.v1.AdjacentChun
   window?: number | undefined;
 
   /**
-   * Widen by conversation turns: one of the target chunk's turn_ids. The window then counts
-   * turns on each side of that turn, and the chunks holding them are returned, in order.
+   * Widen by conversation turns: the id of one of the target chunk's turns (the `s1-4` of
+   * its `[s1-4 | <time>]` anchor). The window then counts turns on each side of that turn,
+   * and the chunks holding them are returned, in order.
    *
    * @generated from field: optional string turn_id = 3;
    */
