@@ -113,15 +113,17 @@ def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:
 
 def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
     dsn, _, docs = ingested
-    conversation = next(doc_id for doc_id, d in docs.items() if d.kind == "conversation")
+    conversations = [doc_id for doc_id, d in docs.items() if d.kind == "conversation"]
 
     async def run() -> None:
         db = await Database.connect(dsn, min_size=1, max_size=2)
         try:
             primitives = Primitives(Retrieval(db, HashEmbeddings(), None))
             caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            longest = await db.fetchval("SELECT doc_id FROM chunks WHERE doc_id = ANY($1::uuid[]) GROUP BY doc_id "
+                                        "ORDER BY count(*) DESC, doc_id LIMIT 1", conversations)
             ids = [r["chunk_id"] for r in await db.fetch(
-                "SELECT chunk_id FROM chunks WHERE doc_id = $1 ORDER BY ordinal", conversation)]
+                "SELECT chunk_id FROM chunks WHERE doc_id = $1 ORDER BY ordinal", longest)]
             assert len(ids) >= 3
             whole = await primitives.adjacent(caller, ids[1], 1)
             assert [c.chunk_id for c in whole.chunks] == [str(i) for i in ids[:3]]
