@@ -128,14 +128,22 @@ def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
             whole = await primitives.adjacent(caller, ids[1], 1)
             assert [c.chunk_id for c in whole.chunks] == [str(i) for i in ids[:3]]
             turns_of = {c.chunk_id: [t for _, _, t in turn_spans(c.chunk_text)] for c in whole.chunks}
-            first, last = turns_of[str(ids[1])][0], turns_of[str(ids[1])][-1]
-            # The last turn's neighbour is the next chunk's first turn, never the one before.
-            after = await primitives.adjacent(caller, ids[1], 1, last)
-            assert [c.chunk_id for c in after.chunks] == [str(ids[1]), str(ids[2])]
-            before = await primitives.adjacent(caller, ids[1], 1, first)
-            assert [c.chunk_id for c in before.chunks] == [str(ids[0]), str(ids[1])]
-            turns = [t for c in whole.chunks for t in turns_of[c.chunk_id]]
-            assert turns.index(last) + 1 == turns.index(turns_of[after.chunks[1].chunk_id][0])
+            turns = [(c.chunk_id, t) for c in whole.chunks for t in turns_of[c.chunk_id]]
+            for turn in turns_of[str(ids[1])]:
+                # One turn each side of it, whichever chunks hold them: never the whole window of chunks
+                # unless the turns reach that far.
+                at = turns.index((str(ids[1]), turn))
+                wanted = {chunk for chunk, _ in turns[max(0, at - 1):at + 2]}
+                widened = await primitives.adjacent(caller, ids[1], 1, turn)
+                assert [c.chunk_id for c in widened.chunks] == [c.chunk_id for c in whole.chunks
+                                                                if c.chunk_id in wanted]
+            first = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][0])
+            last = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][-1])
+            assert [c.chunk_id for c in first.chunks][:2] == [str(ids[0]), str(ids[1])]
+            assert [c.chunk_id for c in last.chunks][-2:] == [str(ids[1]), str(ids[2])]
+            if len(turns_of[str(ids[1])]) >= 3:  # a middle turn stays inside its own chunk
+                alone = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][1])
+                assert [c.chunk_id for c in alone.chunks] == [str(ids[1])]
             with pytest.raises(ValidationFailed):
                 await primitives.adjacent(caller, ids[1], 1, "s99-99")
         finally:
