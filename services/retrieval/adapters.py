@@ -331,6 +331,14 @@ async def chunks(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UU
     return {r["chunk_id"]: r for r in rows}
 
 
+async def chunk_ids_between(conn: asyncpg.Connection, version_id: uuid.UUID, first: int, last: int
+                            ) -> list[uuid.UUID]:
+    """The chunks of one version with ordinals in [first, last], in order (not yet confirmed)."""
+    rows = await conn.fetch("SELECT chunk_id FROM chunks WHERE version_id = $1 AND ordinal BETWEEN $2 AND $3 "
+                            "ORDER BY ordinal", version_id, first, last)
+    return [r["chunk_id"] for r in rows]
+
+
 async def entities(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID,
                                                                                               asyncpg.Record]:
     rows = await conn.fetch(

@@ -126,7 +126,8 @@ class RetrievalServicer:
     async def AdjacentChunks(self, request: retrieval_pb2.AdjacentChunksRequest,
                              context: grpc.aio.ServicerContext) -> retrieval_pb2.AdjacentChunksResponse:
         window = bounded_int("window", optional(request, "window"), 1, 1, 2)
-        env = await self.primitives.adjacent(require_caller(), uuid_field("chunk_id", request.chunk_id), window)
+        env = await self.primitives.adjacent(require_caller(), uuid_field("chunk_id", request.chunk_id), window,
+                                             optional(request, "turn_id"))
         return retrieval_pb2.AdjacentChunksResponse(envelope=env)
 
     async def WatchChanges(self, request: retrieval_pb2.WatchChangesRequest,

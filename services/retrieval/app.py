@@ -27,17 +27,18 @@ from services.retrieval import adapters as db
 from services.retrieval.domain import (
     CURRENT,
     OPERATIONS,
+    RRF_K,
     EvidenceCandidates,
     FusionWeights,
     TimeScope,
     Validity,
     fuse_evidence,
+    fuse_facts,
     holds,
     is_temporal_question,
     mentions_time,
     name_keys,
     operation,
-    rrf,
     temporal_match,
     validate_arguments,
     weights_for,
@@ -173,6 +174,8 @@ class Retrieval:
                  ) -> None:
         self.database = database
         self.weights = weights or weights_for(embedder.model)
+        # Facts: plain reciprocal rank over every nominee, as before, with the evidence's entity lift.
+        self.fact_weights = FusionWeights(k=RRF_K, depth=NOMINATE, entity_lift=self.weights.entity_lift)
         self.embedder = embedder
         self.graph = graph
         self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
@@ -298,7 +301,12 @@ class Retrieval:
                 if profiles:
                     channels["entity_profile"] = await db.facts_of_entities(conn, caller.space_id,
                                                                             [p for p, _ in profiles], NOMINATE)
-            fused = rrf(channels)[:NOMINATE]
+            named: frozenset[uuid.UUID] = frozenset()
+            if not entity_ids:  # anchors already confine the facts to their entities
+                entities = await db.named_entities(conn, caller, name_keys(query))
+                if entities:
+                    named = frozenset(await db.facts_of_entities(conn, caller.space_id, entities, NOMINATE))
+            fused = fuse_facts(channels, self.fact_weights, named=named)[:NOMINATE]
             confirmed: list[Any] = []
             dropped = 0
             for start in range(0, len(fused), 50):  # confirm in batches until k+1 hold
