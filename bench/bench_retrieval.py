@@ -373,7 +373,10 @@ async def copy(conn: asyncpg.Connection, table: str, columns: Sequence[str], rec
 
 
 async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, model: str,
-               embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None) -> None:
+               embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None, *, with_postings: bool = True
+               ) -> None:
+    """Bulk-load a corpus (COPY, triggers off). ``with_postings=False`` leaves the BM25 rows to
+    the pipeline's writer (``index_text``), as the smoke test and ``bench-scale`` do."""
     space = corpus.space
     now = dt.datetime.now(dt.UTC)
     objects, documents, versions, reps, chunk_rows, claim_rows, mentions, evidence = [], [], [], [], [], [], [], []
@@ -443,7 +446,7 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
             ("entity", entity_ids, entity_tf, [None] * len(entity_ids))):
         for target, (counts, length), doc in zip(ids, tfs, docs, strict=True):
             bm25_docs.append((space, kind, target, doc, length))
-            postings.extend((space, kind, term, target, tf) for term, tf in counts.items())
+            postings.extend((space, kind, term, target, tf, length) for term, tf in counts.items())
     past = now - dt.timedelta(days=30)
     async with conn.transaction():
         # Bulk load: no change-feed triggers, no per-row foreign-key checks (the rows are consistent).
@@ -485,8 +488,12 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
                      "day" if f.window else "unknown", past if f.invalidated else None,
                      len(fact_docs[f.fact_id]), fact_vec[i], DIM, model) for i, f in enumerate(corpus.facts)])
         await copy(conn, "fact_evidence", ("fact_id", "claim_id", "stance", "space_id", "doc_id"), evidence)
-        await copy(conn, "bm25_docs", ("space_id", "target_kind", "target_id", "doc_id", "length"), bm25_docs)
-        await copy(conn, "bm25_postings", ("space_id", "target_kind", "term", "target_id", "tf"), postings)
+        if with_postings:
+            await copy(conn, "bm25_docs", ("space_id", "target_kind", "target_id", "doc_id", "length"), bm25_docs)
+            await copy(conn, "bm25_postings", ("space_id", "target_kind", "term", "target_id", "tf", "length"),
+                       postings)
+            # The counters' triggers did not run under the replica role: count once.
+            await conn.execute("SELECT bm25_recount($1)", space)
     log(f"space {space}: {len(postings):,} postings; COPY took {time.perf_counter() - started:.1f}s")
 
 

@@ -7,6 +7,7 @@ Parameter conventions in every query: $1 = space id, $2 = principals (NULL = all
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import deque
@@ -47,7 +48,6 @@ EXACT_SCAN_MAX = 20_000
 FULL_VIEW_SHARE = 0.9
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
-_BM25_K1, _BM25_B = 1.2, 0.75
 
 
 def principals(caller: Caller) -> list[str] | None:
@@ -198,35 +198,143 @@ class SearchLegs:
 
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
-        """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
+        """Okapi BM25 (IDF over the space, k1 saturation, b length normalisation), top k of
+        what the caller may see, read from a bounded prefix of each term's impact-ordered
+        postings. The statistics are the writers' counters. The answer is the exhaustive
+        one whenever the threshold test proves it (plan ``bm25_exact``); when the prefix
+        cap is reached first it is the best of what was read (``bm25_bounded``)."""
         terms = sorted(set(query_tokens(text)))
         if not terms:
             return []
         t = _TARGETS[kind]
         extra, extra_args = filters.render(kind, 6)
-        rows = await conn.fetch(
-            f"""WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
-                                 FROM bm25_docs WHERE space_id = $1 AND target_kind = $3),
-                     df AS (SELECT term, count(*)::float AS df FROM bm25_postings
-                             WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
-                     scored AS (
-                        SELECT p.target_id,
-                               sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                                   * (p.tf * ({_BM25_K1} + 1))
-                                   / (p.tf + {_BM25_K1} * (1 - {_BM25_B} + {_BM25_B} * bd.length / stats.avgdl)))
-                                   AS score
-                          FROM bm25_postings p
-                          JOIN df ON df.term = p.term
-                          JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
-                          CROSS JOIN stats
-                         WHERE p.space_id = $1 AND p.target_kind = $3 AND p.term = ANY($4::text[])
-                         GROUP BY p.target_id)
-                SELECT s.target_id AS id, s.score FROM scored s
-                  JOIN {t['table']} ON {t['id']} = s.target_id
-                 WHERE {t['where']} {extra}
-                 ORDER BY s.score DESC, s.target_id LIMIT $5""",
-            caller.space_id, principals(caller), kind, terms, k, *extra_args)
-        return [(r["id"], float(r["score"])) for r in rows]
+        # Each round reads the first ``depth`` postings of every term by impact (bounded
+        # work whatever the caller sees), keeps the visible ones, and reports per term how
+        # many it read, the lowest impact read and the term's document frequency.
+        sql = f"""WITH prefix AS MATERIALIZED (
+                    SELECT q.term, p.target_id, p.tf, p.length, bm25_impact($3, p.tf, p.length) AS impact
+                      FROM unnest($4::text[]) AS q(term)
+                      CROSS JOIN LATERAL (
+                        SELECT target_id, tf, length FROM bm25_postings
+                         WHERE space_id = $1 AND target_kind = $3 AND term = q.term
+                         ORDER BY bm25_impact(target_kind, tf, length) DESC LIMIT $5) p),
+                  visible AS (
+                    SELECT {t['id']} AS id FROM {t['table']}
+                      JOIN (SELECT DISTINCT target_id FROM prefix) x ON x.target_id = {t['id']}
+                     WHERE {t['space']} = $1 AND {t['where']} {extra})
+                SELECT term, target_id, tf, length, NULL::float8 AS floor, NULL::bigint AS walked,
+                       NULL::bigint AS df FROM prefix WHERE target_id IN (SELECT id FROM visible)
+                UNION ALL
+                SELECT q.term, NULL, NULL, NULL, w.floor, coalesce(w.walked, 0),
+                       (SELECT coalesce(sum(df), 0) FROM bm25_df
+                         WHERE space_id = $1 AND target_kind = $3 AND term = q.term)
+                  FROM unnest($4::text[]) AS q(term)
+                  LEFT JOIN (SELECT term, min(impact) AS floor, count(*) AS walked FROM prefix GROUP BY term) w
+                         ON w.term = q.term"""
+        stats = await conn.fetchrow(
+            "SELECT coalesce(sum(n), 0)::float8 AS n, coalesce(sum(total_length), 0)::float8 AS total "
+            "FROM bm25_stats WHERE space_id = $1 AND target_kind = $2", caller.space_id, kind)
+        n = float(stats["n"])
+        avgdl = max(stats["total"] / n, 1.0) if n else 1.0
+        # What an unread posting's part can be at most, per unit of its stored impact (the
+        # tiny margin covers the impact's rounding to float8).
+        slack = max(1.0, avgdl / BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
+        depth = max(BM25_FIRST_DEPTH, 4 * k)
+        while True:
+            rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, *extra_args)
+            prefixes = _Prefixes(rows, terms, n, avgdl, slack, depth)
+            final = depth >= BM25_MAX_DEPTH
+            wanted = prefixes.contenders(k, last=final)
+            if wanted:  # read targets whose other parts could still decide their place
+                prefixes.complete(wanted, await conn.fetch(
+                    "SELECT term, target_id, tf, length FROM bm25_postings WHERE space_id = $1 "
+                    "AND target_kind = $2 AND term = ANY($3::text[]) AND target_id = ANY($4::uuid[])",
+                    caller.space_id, kind, terms, wanted))
+            top, proven = prefixes.top(k)
+            if proven or final:
+                break
+            depth = min(depth * 4, BM25_MAX_DEPTH)
+        self.plans.append("bm25_exact" if proven else "bm25_bounded")
+        return top
+
+
+# BM25 constants (Okapi k1, b), the reference lengths of migration 0008's ``bm25_impact``,
+# and how deep the lexical rounds read: the first round reads max(FIRST, 4k) postings per
+# term, each further round four times more, up to MAX (so a term that matches half of a
+# million-row space costs a bounded read, and the plan says the answer was bounded).
+_BM25_K1, _BM25_B = 1.2, 0.75
+BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 32.0}
+BM25_FIRST_DEPTH = 200
+BM25_MAX_DEPTH = 12_800
+BM25_COMPLETE_MAX = 2_000
+
+
+def bm25_part(tf: int, length: int, avgdl: float) -> float:
+    """The term-frequency part of Okapi BM25."""
+    return tf * (_BM25_K1 + 1) / (tf + _BM25_K1 * ((1 - _BM25_B) + _BM25_B * length / avgdl))
+
+
+def bm25_idf(n: float, df: float) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+class _Prefixes:
+    """One round of impact-ordered prefixes, judged by Fagin's threshold test. A visible
+    target read in a term's prefix has that term's exact part; a term whose whole list was
+    read (fewer rows than the depth) adds nothing to targets it did not list; any other
+    missing part is at most the term's lowest impact read times the slack. The top k is
+    proven when no other target, read or unread, can reach the k-th exact score."""
+
+    def __init__(self, rows: Sequence[Any], terms: Sequence[str], n: float, avgdl: float, slack: float,
+                 depth: int) -> None:
+        self.terms, self.avgdl = terms, avgdl
+        self.idf: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.parts: dict[uuid.UUID, dict[str, tuple[int, int]]] = {}
+        for r in rows:
+            if r["target_id"] is None:
+                self.idf[r["term"]] = bm25_idf(n, float(r["df"]))
+                exhausted = r["walked"] < depth
+                self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
+            else:
+                self.parts.setdefault(r["target_id"], {})[r["term"]] = (r["tf"], r["length"])
+        self.complete_ids: set[uuid.UUID] = set()
+
+    def _score(self, target: uuid.UUID) -> tuple[float, float]:
+        """(known part, upper bound) of a target read in some prefix."""
+        parts = self.parts[target]
+        known = sum(self.idf[t] * bm25_part(*parts[t], self.avgdl) for t in self.terms if t in parts)
+        if target in self.complete_ids:
+            return known, known
+        return known, known + sum(self.bound[t] for t in self.terms if t not in parts)
+
+    def _threshold(self, k: int) -> float:
+        exact = sorted((known for known, upper in map(self._score, self.parts) if known == upper), reverse=True)
+        return exact[k - 1] if len(exact) >= k else -math.inf
+
+    def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
+        """Read targets with unknown parts that could still reach the top k, best bound
+        first (on the last round, the 4k best: the bounded answer is chosen among them)."""
+        threshold = self._threshold(k)
+        scored = [(i, *self._score(i)) for i in self.parts]
+        open_ = sorted(((i, upper) for i, known, upper in scored if upper > known and upper >= threshold),
+                       key=lambda x: (-x[1], x[0]))
+        return [i for i, _ in open_[:4 * k if last else BM25_COMPLETE_MAX]]
+
+    def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
+        """Every query term's posting of these targets (random access): their scores are exact."""
+        for p in postings:
+            self.parts[p["target_id"]][p["term"]] = (p["tf"], p["length"])
+        self.complete_ids.update(targets)
+
+    def top(self, k: int) -> tuple[list[tuple[uuid.UUID, float]], bool]:
+        scored = [(i, *self._score(i)) for i in self.parts]
+        exact = sorted(((i, known) for i, known, upper in scored if known == upper), key=lambda x: (-x[1], x[0]))
+        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
+        unseen = sum(self.bound.values())
+        rivals = [upper for _, known, upper in scored if upper > known]
+        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for upper in rivals)
+        return exact[:k], proven
 
 
 # --------------------------------------------------------------------------------------
