@@ -175,7 +175,10 @@ def synthetic(space: uuid.UUID, claims: int, vocab: Vocabulary, tag: int, seed: 
     rng = random.Random(seed)
     new_id = Ids(tag)
     corpus = Corpus(space, [])
-    names = rng.sample([f"{f} {s}" for f in FIRST_NAMES for s in vocab.surnames], claims // 10)
+    pool = [f"{f} {s}" for f in FIRST_NAMES for s in vocab.surnames]
+    if claims // 10 > len(pool):  # beyond ~128k claims: double-barrelled surnames too
+        pool += [f"{f} {s}-{t}" for f in FIRST_NAMES for s in vocab.surnames[:40] for t in vocab.surnames]
+    names = rng.sample(pool, claims // 10)
     people: list[list[uuid.UUID]] = [[] for _ in range(TOPICS)]
     for i, name in enumerate(names):
         entity = new_id()
@@ -456,6 +459,9 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
         await copy(conn, "content_objects", ("space_id", "content_hash", "byte_size", "mime", "object_key"), objects)
         await copy(conn, "documents", ("doc_id", "space_id", "source_kind", "identity_hash", "title",
                                        "versioning_mode", "acl"), documents)
+        # What the documents' ACL trigger would have noted (triggers are off here).
+        await conn.execute("INSERT INTO acl_principals (space_id, principal) SELECT DISTINCT space_id, unnest(acl) "
+                           "FROM documents WHERE space_id = $1 ON CONFLICT DO NOTHING", space)
         await copy(conn, "document_versions", ("version_id", "doc_id", "space_id", "version_no", "content_hash",
                                                "status"), versions)
         await copy(conn, "representations", ("representation_id", "space_id", "version_id", "object_key",

@@ -46,6 +46,9 @@ EXACT_SCAN_MAX = 20_000
 # RESTRICTED_EXACT_SCAN_MAX visible rows it therefore scans exactly (~110 ms at 30k rows);
 # beyond that the widened walk is the fallback.
 FULL_VIEW_SHARE = 0.9
+# Callers with more principals are first narrowed to the principals their space's ACLs use
+# (``Retrieval.audience``).
+DIRECT_PRINCIPALS_MAX = 64
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
 
@@ -240,10 +243,12 @@ class SearchLegs:
         # tiny margin covers the impact's rounding to float8).
         slack = max(1.0, avgdl / BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
         depth = max(BM25_FIRST_DEPTH, 4 * k)
+        # The whole read is bounded, however many terms the query has.
+        deepest = max(depth, BM25_READ_MAX // len(terms))
         while True:
             rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, *extra_args)
             prefixes = _Prefixes(rows, terms, n, avgdl, slack, depth)
-            final = depth >= BM25_MAX_DEPTH
+            final = depth >= deepest
             wanted = prefixes.contenders(k, last=final)
             if wanted:  # read targets whose other parts could still decide their place
                 prefixes.complete(wanted, await conn.fetch(
@@ -253,19 +258,20 @@ class SearchLegs:
             top, proven = prefixes.top(k)
             if proven or final:
                 break
-            depth = min(depth * 4, BM25_MAX_DEPTH)
+            depth = min(depth * 4, deepest)
         self.plans.append("bm25_exact" if proven else "bm25_bounded")
         return top
 
 
 # BM25 constants (Okapi k1, b), the reference lengths of migration 0008's ``bm25_impact``,
 # and how deep the lexical rounds read: the first round reads max(FIRST, 4k) postings per
-# term, each further round four times more, up to MAX (so a term that matches half of a
-# million-row space costs a bounded read, and the plan says the answer was bounded).
+# term, each further round four times more, up to READ_MAX postings in all (so a term that
+# matches half of a million-row space costs a bounded read, and the plan says the answer
+# was bounded).
 _BM25_K1, _BM25_B = 1.2, 0.75
 BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 32.0}
 BM25_FIRST_DEPTH = 200
-BM25_MAX_DEPTH = 12_800
+BM25_READ_MAX = 40_000
 BM25_COMPLETE_MAX = 2_000
 
 
@@ -287,53 +293,66 @@ class _Prefixes:
 
     def __init__(self, rows: Sequence[Any], terms: Sequence[str], n: float, avgdl: float, slack: float,
                  depth: int) -> None:
-        self.terms, self.avgdl = terms, avgdl
+        self.avgdl = avgdl
         self.idf: dict[str, float] = {}
         self.bound: dict[str, float] = {}
-        self.parts: dict[uuid.UUID, dict[str, tuple[int, int]]] = {}
+        postings = []
         for r in rows:
             if r["target_id"] is None:
                 self.idf[r["term"]] = bm25_idf(n, float(r["df"]))
                 exhausted = r["walked"] < depth
                 self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
             else:
-                self.parts.setdefault(r["target_id"], {})[r["term"]] = (r["tf"], r["length"])
+                postings.append(r)
+        self.terms = [t for t in terms if t in self.idf]
+        # Per target: the terms whose part is known, and the sum of those parts.
+        self.known: dict[uuid.UUID, set[str]] = {}
+        self.score: dict[uuid.UUID, float] = {}
         self.complete_ids: set[uuid.UUID] = set()
+        self._add(postings)
 
-    def _score(self, target: uuid.UUID) -> tuple[float, float]:
-        """(known part, upper bound) of a target read in some prefix."""
-        parts = self.parts[target]
-        known = sum(self.idf[t] * bm25_part(*parts[t], self.avgdl) for t in self.terms if t in parts)
+    def _add(self, postings: Sequence[Any]) -> None:
+        for p in postings:
+            target, term = p["target_id"], p["term"]
+            known = self.known.setdefault(target, set())
+            if term not in known:
+                known.add(term)
+                self.score[target] = self.score.get(target, 0.0) + self.idf[term] * bm25_part(
+                    p["tf"], p["length"], self.avgdl)
+
+    def _upper(self, target: uuid.UUID) -> float:
         if target in self.complete_ids:
-            return known, known
-        return known, known + sum(self.bound[t] for t in self.terms if t not in parts)
+            return self.score[target]
+        known = self.known[target]
+        return self.score[target] + sum(self.bound[t] for t in self.terms if t not in known)
 
-    def _threshold(self, k: int) -> float:
-        exact = sorted((known for known, upper in map(self._score, self.parts) if known == upper), reverse=True)
-        return exact[k - 1] if len(exact) >= k else -math.inf
+    def _split(self) -> tuple[list[tuple[uuid.UUID, float]], list[tuple[uuid.UUID, float]]]:
+        """(exact scores best first, open targets with their upper bound)."""
+        exact, open_ = [], []
+        for target, score in self.score.items():
+            upper = self._upper(target)
+            (open_ if upper > score else exact).append((target, upper if upper > score else score))
+        exact.sort(key=lambda x: (-x[1], x[0]))
+        return exact, open_
 
     def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
         """Read targets with unknown parts that could still reach the top k, best bound
         first (on the last round, the 4k best: the bounded answer is chosen among them)."""
-        threshold = self._threshold(k)
-        scored = [(i, *self._score(i)) for i in self.parts]
-        open_ = sorted(((i, upper) for i, known, upper in scored if upper > known and upper >= threshold),
-                       key=lambda x: (-x[1], x[0]))
-        return [i for i, _ in open_[:4 * k if last else BM25_COMPLETE_MAX]]
+        exact, open_ = self._split()
+        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
+        ranked = sorted(((i, upper) for i, upper in open_ if upper >= threshold), key=lambda x: (-x[1], x[0]))
+        return [i for i, _ in ranked[:4 * k if last else BM25_COMPLETE_MAX]]
 
     def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
         """Every query term's posting of these targets (random access): their scores are exact."""
-        for p in postings:
-            self.parts[p["target_id"]][p["term"]] = (p["tf"], p["length"])
+        self._add(postings)
         self.complete_ids.update(targets)
 
     def top(self, k: int) -> tuple[list[tuple[uuid.UUID, float]], bool]:
-        scored = [(i, *self._score(i)) for i in self.parts]
-        exact = sorted(((i, known) for i, known, upper in scored if known == upper), key=lambda x: (-x[1], x[0]))
+        exact, open_ = self._split()
         threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
         unseen = sum(self.bound.values())
-        rivals = [upper for _, known, upper in scored if upper > known]
-        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for upper in rivals)
+        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for _, upper in open_)
         return exact[:k], proven
 
 

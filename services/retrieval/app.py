@@ -9,6 +9,7 @@ silently smaller answer. No language model runs here: only the query is embedded
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
@@ -186,6 +187,17 @@ class Retrieval:
 
     async def _now(self, conn: asyncpg.Connection) -> dt.datetime:
         return await conn.fetchval("SELECT now()")
+
+    async def audience(self, caller: Caller) -> Caller:
+        """The caller as its queries see it: beyond a few dozen principals, only those that
+        occur in some ACL of its space (the same documents are visible, the ACL checks stay
+        cheap for a caller with thousands of principals)."""
+        if caller.principals is None or len(caller.principals) <= db.DIRECT_PRINCIPALS_MAX:
+            return caller
+        kept = await self.database.fetch(
+            "SELECT principal FROM acl_principals WHERE space_id = $1 AND principal = ANY($2::text[])",
+            caller.space_id, sorted(caller.principals))
+        return dataclasses.replace(caller, principals=frozenset(r[0] for r in kept))
 
     async def embed_query(self, text: str) -> list[float]:
         try:

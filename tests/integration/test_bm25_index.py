@@ -124,7 +124,7 @@ def shallow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny prefixes, so that small corpora go through every path: several rounds,
     completion by random access, and the proof failing until a list is exhausted."""
     monkeypatch.setattr(adapters, "BM25_FIRST_DEPTH", 2)
-    monkeypatch.setattr(adapters, "BM25_MAX_DEPTH", 10_000)
+    monkeypatch.setattr(adapters, "BM25_READ_MAX", 100_000)
     monkeypatch.setattr(adapters, "BM25_COMPLETE_MAX", 3)
 
 
@@ -166,7 +166,7 @@ async def test_the_cap_bounds_the_read_and_says_so(dsn: str, monkeypatch: pytest
     """A query whose one term is in nearly every claim, with the prefix capped below its
     list: the answer is what was read, with exact scores, and the plan says it was bounded."""
     monkeypatch.setattr(adapters, "BM25_FIRST_DEPTH", 4)
-    monkeypatch.setattr(adapters, "BM25_MAX_DEPTH", 16)
+    monkeypatch.setattr(adapters, "BM25_READ_MAX", 16)
     conn = await connect(dsn)
     try:
         space = await bench.new_space(conn, "bm25-cap")
@@ -206,4 +206,34 @@ async def test_a_restricted_caller_never_gets_a_row_outside_its_acl(dsn: str) ->
                 hits = await legs.lexical(conn, "claim", Caller(space, Scope.READ, None), word, 500)
                 assert not mine & {t for t, _ in hits}
     finally:
+        await conn.close()
+
+
+async def test_a_caller_with_thousands_of_principals_is_narrowed_to_the_acls_principals(dsn: str) -> None:
+    from services.platform.db import Database
+    from services.platform.embeddings import HashEmbeddings
+    from services.retrieval.app import Retrieval
+
+    conn = await connect(dsn)
+    db = await Database.connect(dsn)
+    try:
+        space = await bench.new_space(conn, "bm25-wide")
+        c = corpus(space, 13, 30)
+        await write(conn, c)
+        retrieval = Retrieval(db, HashEmbeddings(384), None)
+        wide = Caller(space, Scope.READ, frozenset({PRINCIPALS[1], *(f"group:{i}" for i in range(5_000))}))
+        narrowed = await retrieval.audience(wide)
+        assert narrowed.principals == {PRINCIPALS[1]}
+        legs = SearchLegs()
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            for word in WORDS[:5]:
+                assert await legs.lexical(conn, "claim", narrowed, word, 100) == await legs.lexical(
+                    conn, "claim", wide, word, 100)
+        # A principal that an ACL starts naming counts from then on.
+        await conn.execute("UPDATE documents SET acl = acl || '{group:7}'::text[] WHERE doc_id = $1", c.docs[0].doc_id)
+        assert (await retrieval.audience(wide)).principals == {PRINCIPALS[1], "group:7"}
+        assert await retrieval.audience(Caller(space, Scope.READ, frozenset({"group:7"}))) == Caller(
+            space, Scope.READ, frozenset({"group:7"}))
+    finally:
+        await db.close()
         await conn.close()

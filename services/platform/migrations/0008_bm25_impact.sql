@@ -131,3 +131,26 @@ CREATE FUNCTION bm25_recount(space uuid) RETURNS void LANGUAGE sql BEGIN ATOMIC
 END;
 
 SELECT bm25_recount(space_id) FROM spaces;
+
+-- Every principal that has appeared in an ACL of the space (never removed: a superset is
+-- harmless). A caller holding thousands of principals is narrowed to those that can match
+-- a document before its principals enter any query (an array overlap costs the product of
+-- the two lengths, on every document checked).
+CREATE TABLE acl_principals (
+    space_id   uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    principal  text NOT NULL,
+    PRIMARY KEY (space_id, principal)
+);
+CREATE FUNCTION acl_principals_noted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO acl_principals (space_id, principal)
+    SELECT DISTINCT space_id, unnest(acl) FROM new_rows ORDER BY 1, 2 ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER documents_acl_inserted AFTER INSERT ON documents REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION acl_principals_noted();
+CREATE TRIGGER documents_acl_updated AFTER UPDATE ON documents REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION acl_principals_noted();
+INSERT INTO acl_principals (space_id, principal)
+SELECT DISTINCT space_id, unnest(acl) FROM documents ON CONFLICT DO NOTHING;
