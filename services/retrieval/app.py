@@ -49,6 +49,7 @@ NOMINATE = 200
 MAX_EVIDENCE = 60
 CO_MEMBERS = 25
 EXPANSION_CAP = 20
+DATED_CACHE = 200_000
 
 
 class Embedder(Protocol):
@@ -178,6 +179,7 @@ class Retrieval:
         self.graph = graph
         self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
         self.redact = redact or (lambda text, caller: text)
+        self._dated: dict[uuid.UUID, bool] = {}
 
     @asynccontextmanager
     async def snapshot(self) -> Any:
@@ -429,12 +431,22 @@ class Retrieval:
         if entities:
             named = await db.mentioning(conn, caller.space_id, list(claim_rows), list(chunk_rows), entities)
         dated = {cid for cid, row in claim_rows.items()
-                 if row["claim_valid_from"] is not None or mentions_time(row["source_span"])}
-        dated |= {cid for cid, row in chunk_rows.items() if mentions_time(row["chunk_text"])}
+                 if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
+        dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
                                         named=frozenset(named), dated=frozenset(dated),
                                         temporal=is_temporal_question(query))
         return candidates, claim_rows, chunk_rows, full
+
+    def _mentions_time(self, item_id: uuid.UUID, text: str) -> bool:
+        """:func:`mentions_time` of an immutable claim span or chunk text, remembered by id
+        (the pattern costs ~0.3 ms a passage; one answer confirms hundreds)."""
+        known = self._dated.get(item_id)
+        if known is None:
+            if len(self._dated) >= DATED_CACHE:
+                self._dated.clear()
+            known = self._dated[item_id] = mentions_time(text)
+        return known
 
     async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
                                  candidate_k: int) -> t.Envelope:
