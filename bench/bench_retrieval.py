@@ -500,7 +500,8 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
                        postings)
             # The counters' triggers did not run under the replica role: count once.
             await conn.execute("SELECT bm25_recount($1)", space)
-    log(f"space {space}: {len(postings):,} postings; COPY took {time.perf_counter() - started:.1f}s")
+    log(f"space {space}: {len(postings) if with_postings else 0:,} postings; COPY took "
+        f"{time.perf_counter() - started:.1f}s")
 
 
 async def new_space(conn: asyncpg.Connection, slug: str) -> uuid.UUID:

@@ -235,6 +235,7 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
+            rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
             rows.extend(await lexical_rows(db, retrieval, callers, questions))
             rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
             rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
@@ -245,6 +246,27 @@ async def run() -> list[Row]:
             pool.shutdown(cancel_futures=True)
             await db.close()
             await conn.close()
+    return rows
+
+
+async def legs_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[str],
+                    statements: Statements) -> list[Row]:
+    """The four legs of claims_and_sources_context one after another on the snapshot's
+    connection (before) and at once on helper connections that import it (now)."""
+    rows: list[Row] = []
+    helper = retrieval._helper
+    base = None
+    for label, slots in (("legs one after another (before)", None), ("legs concurrent (service)", helper)):
+        retrieval._helper = slots
+        statements.take()
+        samples = await timed_calls(questions, lambda q: retrieval.run_operation(
+            caller, "claims_and_sources_context", {"query": q}))
+        counts = statements.take()
+        p = percentiles(samples)
+        base = base or p[0]
+        rows.append(Row("scale-legs", f"claims_and_sources_context, {label}", len(samples), *p, baseline_p50_ms=base,
+                        extra=f"statements/call on the snapshot's connection median {statistics.median(counts):.0f}"))
+    retrieval._helper = helper
     return rows
 
 
