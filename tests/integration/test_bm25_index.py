@@ -237,3 +237,27 @@ async def test_a_caller_with_thousands_of_principals_is_narrowed_to_the_acls_pri
     finally:
         await db.close()
         await conn.close()
+
+
+async def test_the_scale_bench_writes_its_corpus_through_the_pipelines_writer(dsn: str) -> None:
+    """bench-scale's generator and writer at a few hundred claims (so neither rots)."""
+    from bench import bench_scale
+    from services.platform.db import Database
+    from services.platform.embeddings import HashEmbeddings
+
+    conn = await connect(dsn)
+    db = await Database.connect(dsn)
+    try:
+        c = bench.synthetic(await bench.new_space(conn, "bench-scale-smoke"), 400, bench.vocabulary(), 0x5C << 8,
+                            seed=1)
+        await bench.load(conn, c, bench.Analyser(None), HashEmbeddings(384).model, with_postings=False)
+        await bench_scale.write_postings(db, c)
+        await counters_match(conn, c.space)
+        kinds = dict(await conn.fetch("SELECT target_kind, count(*) FROM bm25_docs WHERE space_id = $1 GROUP BY 1",
+                                      c.space))
+        assert kinds == {"claim": 400, "chunk": 100, "fact": len(c.facts), "entity": len(c.entities)}
+        question = bench.latency_queries(c, bench.vocabulary(), 1, seed=1)[0][0]
+        assert await compare(conn, SearchLegs(), Caller(c.space, Scope.READ, None), question, 10) == "bm25_exact"
+    finally:
+        await db.close()
+        await conn.close()
