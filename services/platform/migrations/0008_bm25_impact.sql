@@ -3,8 +3,9 @@
 -- before the limit: linear in the corpus. Now:
 --
 -- * the statistics are counters kept by the writers' own transactions (statement triggers
---   on the postings and lengths), sharded by backend so that concurrent writers of one
---   space rarely touch the same counter row; a reader sums at most 16 rows per term;
+--   on the postings and lengths), sharded by transaction so that concurrent writers of
+--   one space rarely touch the same counter row (each transaction only ever locks rows of
+--   its own shard); a reader sums at most 64 rows per term;
 -- * each posting carries its target's length, and an index orders a term's postings by an
 --   impact bound, so a top-k query reads a bounded prefix of each term's postings and
 --   proves (threshold algorithm) that no unread posting could enter the top k.
@@ -52,11 +53,17 @@ CREATE TABLE bm25_df (
     PRIMARY KEY (space_id, target_kind, term, shard)
 );
 
+-- A transaction's shard: all its counter updates go to one of 64 rows per counter, so two
+-- writers wait for each other (or deadlock, then retry) only when their transactions share
+-- a shard and a term: about one pair in 64 instead of every pair.
+CREATE FUNCTION bm25_shard() RETURNS smallint LANGUAGE sql VOLATILE
+    RETURN (txid_current() % 64)::smallint;
+
 -- One function per event: a transition table exists only for the event that names it.
 CREATE FUNCTION bm25_docs_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bm25_stats AS s (space_id, target_kind, shard, n, total_length)
-    SELECT space_id, target_kind, (pg_backend_pid() % 16)::smallint, count(*), sum(length)
+    SELECT space_id, target_kind, bm25_shard(), count(*), sum(length)
       FROM new_rows GROUP BY space_id, target_kind ORDER BY space_id, target_kind
     ON CONFLICT (space_id, target_kind, shard)
     DO UPDATE SET n = s.n + EXCLUDED.n, total_length = s.total_length + EXCLUDED.total_length;
@@ -67,7 +74,7 @@ $$;
 CREATE FUNCTION bm25_docs_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bm25_stats AS s (space_id, target_kind, shard, n, total_length)
-    SELECT space_id, target_kind, (pg_backend_pid() % 16)::smallint, -count(*), -sum(length)
+    SELECT space_id, target_kind, bm25_shard(), -count(*), -sum(length)
       FROM old_rows GROUP BY space_id, target_kind ORDER BY space_id, target_kind
     ON CONFLICT (space_id, target_kind, shard)
     DO UPDATE SET n = s.n + EXCLUDED.n, total_length = s.total_length + EXCLUDED.total_length;
@@ -78,7 +85,7 @@ $$;
 CREATE FUNCTION bm25_docs_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bm25_stats AS s (space_id, target_kind, shard, n, total_length)
-    SELECT space_id, target_kind, (pg_backend_pid() % 16)::smallint, 0, sum(dl)
+    SELECT space_id, target_kind, bm25_shard(), 0, sum(dl)
       FROM (SELECT space_id, target_kind, length AS dl FROM new_rows
             UNION ALL SELECT space_id, target_kind, -length FROM old_rows) d
      GROUP BY space_id, target_kind ORDER BY space_id, target_kind
@@ -91,7 +98,7 @@ $$;
 CREATE FUNCTION bm25_postings_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bm25_df AS s (space_id, target_kind, term, shard, df)
-    SELECT space_id, target_kind, term, (pg_backend_pid() % 16)::smallint, count(*)
+    SELECT space_id, target_kind, term, bm25_shard(), count(*)
       FROM new_rows GROUP BY space_id, target_kind, term ORDER BY space_id, target_kind, term
     ON CONFLICT (space_id, target_kind, term, shard) DO UPDATE SET df = s.df + EXCLUDED.df;
     RETURN NULL;
@@ -101,7 +108,7 @@ $$;
 CREATE FUNCTION bm25_postings_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bm25_df AS s (space_id, target_kind, term, shard, df)
-    SELECT space_id, target_kind, term, (pg_backend_pid() % 16)::smallint, -count(*)
+    SELECT space_id, target_kind, term, bm25_shard(), -count(*)
       FROM old_rows GROUP BY space_id, target_kind, term ORDER BY space_id, target_kind, term
     ON CONFLICT (space_id, target_kind, term, shard) DO UPDATE SET df = s.df + EXCLUDED.df;
     RETURN NULL;
