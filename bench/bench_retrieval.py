@@ -816,19 +816,22 @@ async def rebuild_indexes(conn: asyncpg.Connection, definitions: list[str]) -> f
 
 @asynccontextmanager
 async def postings_unindexed(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """Millions of postings load faster into an unindexed table; the migration's primary key
-    and index are put back afterwards, with the same definitions."""
-    target = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'bm25_postings_target'")
+    """Millions of postings load faster into an unindexed table; the migrations' primary key
+    and indexes are put back afterwards, with the same definitions."""
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'bm25_postings' AND indexname <> 'bm25_postings_pkey'")]
     key = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
                               "'bm25_postings_pkey'")
     await conn.execute("ALTER TABLE bm25_postings DROP CONSTRAINT bm25_postings_pkey")
-    await conn.execute("DROP INDEX bm25_postings_target")
+    for definition in indexes:
+        await conn.execute(f"DROP INDEX {definition.split()[2]}")
     try:
         yield
     finally:
         await conn.execute("SET maintenance_work_mem = '512MB'")
         await conn.execute(f"ALTER TABLE bm25_postings ADD CONSTRAINT bm25_postings_pkey {key}")
-        await conn.execute(target)
+        for definition in indexes:
+            await conn.execute(definition)
         await conn.execute("RESET maintenance_work_mem")
 
 

@@ -261,3 +261,17 @@ async def test_the_scale_bench_writes_its_corpus_through_the_pipelines_writer(ds
     finally:
         await db.close()
         await conn.close()
+
+
+async def test_the_bulk_loader_puts_every_postings_index_back(fresh_dsn: str) -> None:
+    conn = await connect(fresh_dsn)
+    try:
+        query = "SELECT indexdef FROM pg_indexes WHERE tablename = 'bm25_postings' ORDER BY 1"
+        before = [r[0] for r in await conn.fetch(query)]
+        async with bench.postings_unindexed(conn):
+            assert await conn.fetch(query) == []
+            await bench.load(conn, corpus(await bench.new_space(conn, "bulk"), 5, 10), bench.Analyser(None),
+                             "hash-384")
+        assert [r[0] for r in await conn.fetch(query)] == before
+    finally:
+        await conn.close()
