@@ -7,7 +7,6 @@ Parameter conventions in every query: $1 = space id, $2 = principals (NULL = all
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections import deque
@@ -20,6 +19,7 @@ import numpy as np
 
 from services.platform.auth import Caller
 from services.platform.text import query_tokens
+from services.retrieval import lexical
 
 DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
@@ -241,13 +241,13 @@ class SearchLegs:
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
         # What an unread posting's part can be at most, per unit of its stored impact (the
         # tiny margin covers the impact's rounding to float8).
-        slack = max(1.0, avgdl / BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
-        depth = max(BM25_FIRST_DEPTH, 4 * k)
+        slack = max(1.0, avgdl / lexical.BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
+        depth = max(lexical.BM25_FIRST_DEPTH, 4 * k)
         # The whole read is bounded, however many terms the query has.
-        deepest = max(depth, BM25_READ_MAX // len(terms))
+        deepest = max(depth, lexical.BM25_READ_MAX // len(terms))
         while True:
             rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, *extra_args)
-            prefixes = _Prefixes(rows, terms, n, avgdl, slack, depth)
+            prefixes = lexical.ThresholdTopK(rows, terms, n, avgdl, slack, depth)
             final = depth >= deepest
             wanted = prefixes.contenders(k, last=final)
             if wanted:  # read targets whose other parts could still decide their place
@@ -261,99 +261,6 @@ class SearchLegs:
             depth = min(depth * 4, deepest)
         self.plans.append("bm25_exact" if proven else "bm25_bounded")
         return top
-
-
-# BM25 constants (Okapi k1, b), the reference lengths of migration 0008's ``bm25_impact``,
-# and how deep the lexical rounds read: the first round reads max(FIRST, 4k) postings per
-# term, each further round four times more, up to READ_MAX postings in all (so a term that
-# matches half of a million-row space costs a bounded read, and the plan says the answer
-# was bounded).
-_BM25_K1, _BM25_B = 1.2, 0.75
-BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 32.0}
-BM25_FIRST_DEPTH = 200
-BM25_READ_MAX = 40_000
-BM25_COMPLETE_MAX = 2_000
-
-
-def bm25_part(tf: int, length: int, avgdl: float) -> float:
-    """The term-frequency part of Okapi BM25."""
-    return tf * (_BM25_K1 + 1) / (tf + _BM25_K1 * ((1 - _BM25_B) + _BM25_B * length / avgdl))
-
-
-def bm25_idf(n: float, df: float) -> float:
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
-class _Prefixes:
-    """One round of impact-ordered prefixes, judged by Fagin's threshold test. A visible
-    target read in a term's prefix has that term's exact part; a term whose whole list was
-    read (fewer rows than the depth) adds nothing to targets it did not list; any other
-    missing part is at most the term's lowest impact read times the slack. The top k is
-    proven when no other target, read or unread, can reach the k-th exact score."""
-
-    def __init__(self, rows: Sequence[Any], terms: Sequence[str], n: float, avgdl: float, slack: float,
-                 depth: int) -> None:
-        self.avgdl = avgdl
-        self.idf: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        postings = []
-        for r in rows:
-            if r["target_id"] is None:
-                self.idf[r["term"]] = bm25_idf(n, float(r["df"]))
-                exhausted = r["walked"] < depth
-                self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
-            else:
-                postings.append(r)
-        self.terms = [t for t in terms if t in self.idf]
-        # Per target: the terms whose part is known, and the sum of those parts.
-        self.known: dict[uuid.UUID, set[str]] = {}
-        self.score: dict[uuid.UUID, float] = {}
-        self.complete_ids: set[uuid.UUID] = set()
-        self._add(postings)
-
-    def _add(self, postings: Sequence[Any]) -> None:
-        for p in postings:
-            target, term = p["target_id"], p["term"]
-            known = self.known.setdefault(target, set())
-            if term not in known:
-                known.add(term)
-                self.score[target] = self.score.get(target, 0.0) + self.idf[term] * bm25_part(
-                    p["tf"], p["length"], self.avgdl)
-
-    def _upper(self, target: uuid.UUID) -> float:
-        if target in self.complete_ids:
-            return self.score[target]
-        known = self.known[target]
-        return self.score[target] + sum(self.bound[t] for t in self.terms if t not in known)
-
-    def _split(self) -> tuple[list[tuple[uuid.UUID, float]], list[tuple[uuid.UUID, float]]]:
-        """(exact scores best first, open targets with their upper bound)."""
-        exact, open_ = [], []
-        for target, score in self.score.items():
-            upper = self._upper(target)
-            (open_ if upper > score else exact).append((target, upper if upper > score else score))
-        exact.sort(key=lambda x: (-x[1], x[0]))
-        return exact, open_
-
-    def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
-        """Read targets with unknown parts that could still reach the top k, best bound
-        first (on the last round, the 4k best: the bounded answer is chosen among them)."""
-        exact, open_ = self._split()
-        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
-        ranked = sorted(((i, upper) for i, upper in open_ if upper >= threshold), key=lambda x: (-x[1], x[0]))
-        return [i for i, _ in ranked[:4 * k if last else BM25_COMPLETE_MAX]]
-
-    def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
-        """Every query term's posting of these targets (random access): their scores are exact."""
-        self._add(postings)
-        self.complete_ids.update(targets)
-
-    def top(self, k: int) -> tuple[list[tuple[uuid.UUID, float]], bool]:
-        exact, open_ = self._split()
-        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
-        unseen = sum(self.bound.values())
-        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for _, upper in open_)
-        return exact[:k], proven
 
 
 # --------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from bench import bench_retrieval as bench
 from services.pipeline.adapters.store import _delete_postings, index_text
 from services.platform.auth import Caller, Scope
 from services.platform.text import query_tokens
-from services.retrieval import adapters
+from services.retrieval import adapters, lexical
 from services.retrieval.adapters import SearchLegs
 
 WORDS = ["alpha", "brick", "cedar", "delta", "ember", "fjord", "grain", "harbor", "ivory", "jolt", "kelp",
@@ -123,9 +123,9 @@ async def compare(conn: asyncpg.Connection, legs: SearchLegs, caller: Caller, qu
 def shallow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny prefixes, so that small corpora go through every path: several rounds,
     completion by random access, and the proof failing until a list is exhausted."""
-    monkeypatch.setattr(adapters, "BM25_FIRST_DEPTH", 2)
-    monkeypatch.setattr(adapters, "BM25_READ_MAX", 100_000)
-    monkeypatch.setattr(adapters, "BM25_COMPLETE_MAX", 3)
+    monkeypatch.setattr(lexical, "BM25_FIRST_DEPTH", 2)
+    monkeypatch.setattr(lexical, "BM25_READ_MAX", 100_000)
+    monkeypatch.setattr(lexical, "BM25_COMPLETE_MAX", 3)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -165,8 +165,8 @@ def test_bounded_scan_equals_exhaustive_okapi(dsn: str, shallow: None, seed: int
 async def test_the_cap_bounds_the_read_and_says_so(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A query whose one term is in nearly every claim, with the prefix capped below its
     list: the answer is what was read, with exact scores, and the plan says it was bounded."""
-    monkeypatch.setattr(adapters, "BM25_FIRST_DEPTH", 4)
-    monkeypatch.setattr(adapters, "BM25_READ_MAX", 16)
+    monkeypatch.setattr(lexical, "BM25_FIRST_DEPTH", 4)
+    monkeypatch.setattr(lexical, "BM25_READ_MAX", 16)
     conn = await connect(dsn)
     try:
         space = await bench.new_space(conn, "bm25-cap")
