@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pgvector.asyncpg import register_vector
 
 from bench import bench_retrieval as bench
+from bench.bench_scale import EXHAUSTIVE  # the query the bounded scan replaced
 from services.pipeline.adapters.store import _delete_postings, index_text
 from services.platform.auth import Caller, Scope
 from services.platform.text import query_tokens
@@ -27,26 +28,6 @@ from services.retrieval.adapters import SearchLegs
 WORDS = ["alpha", "brick", "cedar", "delta", "ember", "fjord", "grain", "harbor", "ivory", "jolt", "kelp",
          "lumen", "mesa", "nadir", "orbit"]
 PRINCIPALS = ["team:a", "team:b", "team:c"]
-
-# The query this module's index replaced: every posting of every query term scored, the
-# statistics recounted from the rows, then the caller's filter.
-EXHAUSTIVE = f"""
-WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
-                 FROM bm25_docs WHERE space_id = $1 AND target_kind = 'claim'),
-     df AS (SELECT term, count(*)::float AS df FROM bm25_postings
-             WHERE space_id = $1 AND target_kind = 'claim' AND term = ANY($3::text[]) GROUP BY term),
-     scored AS (
-        SELECT p.target_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * (p.tf * (1.2 + 1))
-                                / (p.tf + 1.2 * (1 - 0.75 + 0.75 * bd.length / stats.avgdl))) AS score
-          FROM bm25_postings p JOIN df ON df.term = p.term
-          JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
-          CROSS JOIN stats
-         WHERE p.space_id = $1 AND p.target_kind = 'claim' AND p.term = ANY($3::text[])
-         GROUP BY p.target_id)
-SELECT s.target_id AS id, s.score FROM scored s JOIN claims c ON c.claim_id = s.target_id
- WHERE c.is_current_testimony AND {adapters.CLAIM_VISIBLE}
- ORDER BY s.score DESC, s.target_id LIMIT $4"""
-
 
 def sentence(rng: random.Random) -> str:
     # Skewed word choice: some terms are in most claims, some in few, lengths vary.
