@@ -258,7 +258,7 @@ class SearchLegs:
             top, proven = prefixes.top(k)
             if proven or final:
                 break
-            depth = min(depth * 4, deepest)
+            depth = prefixes.next_depth(depth, deepest)
         self.plans.append("bm25_exact" if proven else "bm25_bounded")
         return top
 

@@ -39,9 +39,11 @@ class ThresholdTopK:
         self.avgdl = avgdl
         self.idf: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        self.df: dict[str, int] = {}
         postings = []
         for r in rows:
             if r["target_id"] is None:
+                self.df[r["term"]] = int(r["df"])
                 self.idf[r["term"]] = bm25_idf(int(n), int(r["df"]))
                 exhausted = r["walked"] < depth
                 self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
@@ -53,6 +55,13 @@ class ThresholdTopK:
         self.score: dict[uuid.UUID, float] = {}
         self.complete_ids: set[uuid.UUID] = set()
         self._add(postings)
+
+    def next_depth(self, depth: int, deepest: int) -> int:
+        """How deep the next round reads: to the end of every unfinished list when that is
+        within the bound (one more round then proves the answer; flat impacts, as in short
+        fact labels, would otherwise take a round per factor of four), else four times deeper."""
+        needed = max((self.df[t] for t in self.terms if self.bound[t] > 0), default=0) + 1
+        return min(deepest, needed if needed <= deepest else depth * 4)
 
     def _add(self, postings: Sequence[Any]) -> None:
         for p in postings:
