@@ -235,10 +235,36 @@ class SearchLegs:
                   LEFT JOIN (SELECT term, min(impact) AS floor, count(*) AS walked FROM prefix GROUP BY term) w
                          ON w.term = q.term"""
         stats = await conn.fetchrow(
-            "SELECT coalesce(sum(n), 0)::float8 AS n, coalesce(sum(total_length), 0)::float8 AS total "
-            "FROM bm25_stats WHERE space_id = $1 AND target_kind = $2", caller.space_id, kind)
+            """SELECT (SELECT coalesce(sum(n), 0)::float8 FROM bm25_stats
+                        WHERE space_id = $1 AND target_kind = $2) AS n,
+                      (SELECT coalesce(sum(total_length), 0)::float8 FROM bm25_stats
+                        WHERE space_id = $1 AND target_kind = $2) AS total,
+                      (SELECT coalesce(sum(df), 0) FROM bm25_df
+                        WHERE space_id = $1 AND target_kind = $2 AND term = ANY($3::text[])) AS postings""",
+            caller.space_id, kind, terms)
         n = float(stats["n"])
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
+        if stats["postings"] <= lexical.BM25_EXHAUSTIVE_MAX:
+            # Few postings: scoring all of them in one statement is cheaper than proving a
+            # prefix (short, uniform texts give the threshold test little to prune).
+            where, where_args = filters.render(kind, 8)
+            rows = await conn.fetch(
+                f"""WITH q AS (SELECT term, ln(1 + ($5 - df + 0.5) / (df + 0.5)) AS idf
+                                 FROM (SELECT term, sum(df)::float8 AS df FROM bm25_df
+                                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[])
+                                        GROUP BY term) d),
+                         scored AS (
+                           SELECT p.target_id, sum(q.idf * (p.tf * (1.2 + 1))
+                                                   / (p.tf + 1.2 * (1 - 0.75 + 0.75 * p.length / $6::float8))) AS score
+                             FROM q JOIN bm25_postings p
+                               ON p.space_id = $1 AND p.target_kind = $3 AND p.term = q.term
+                            GROUP BY p.target_id)
+                    SELECT s.target_id AS id, s.score FROM scored s JOIN {t['table']} ON {t['id']} = s.target_id
+                     WHERE {t['where']} {where}
+                     ORDER BY s.score DESC, s.target_id LIMIT $7""",
+                caller.space_id, principals(caller), kind, terms, n, avgdl, k, *where_args)
+            self.plans.append("bm25_exhaustive")
+            return [(r["id"], float(r["score"])) for r in rows]
         # What an unread posting's part can be at most, per unit of its stored impact (the
         # tiny margin covers the impact's rounding to float8).
         slack = max(1.0, avgdl / lexical.BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)

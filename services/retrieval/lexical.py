@@ -20,6 +20,9 @@ BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 3
 BM25_FIRST_DEPTH = 200
 BM25_READ_MAX = 40_000
 BM25_COMPLETE_MAX = 2_000
+# Up to this many postings over all query terms (known from the counters), every one is
+# scored in one statement instead.
+BM25_EXHAUSTIVE_MAX = 20_000
 
 
 def bm25_part(tf: int, length: int, avgdl: float) -> float:
