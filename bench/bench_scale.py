@@ -28,6 +28,7 @@ caller who sees one topic (10%), and 30% for recall:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import multiprocessing
 import os
 import statistics
@@ -102,18 +103,22 @@ def log(message: str) -> None:
 
 
 class Statements:
-    """Counts the statements each snapshot sends (asyncpg's query logger)."""
+    """Counts the statements each call sends, on its snapshot's connection and on the helper
+    connections of its concurrent legs alike (asyncpg's query logger; a context variable
+    that the legs' tasks inherit names the call)."""
 
     def __init__(self, db: Database) -> None:
         self.counts: list[int] = []
+        self.current: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("statements", default=None)
         original = db.transaction
 
         @asynccontextmanager
         async def counted(**kwargs: Any) -> AsyncIterator[asyncpg.Connection]:
-            seen = [0]
+            seen = self.current.get()
 
             def logger(_record: Any) -> None:
-                seen[0] += 1
+                if seen is not None:
+                    seen[0] += 1
 
             async with original(**kwargs) as conn:
                 conn.add_query_logger(logger)
@@ -121,9 +126,19 @@ class Statements:
                     yield conn
                 finally:
                     conn.remove_query_logger(logger)
-                    self.counts.append(seen[0])
 
         db.transaction = counted  # type: ignore[method-assign]
+
+    def wrap(self, call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def counted_call(item: Any) -> Any:
+            seen = [0]
+            token = self.current.set(seen)
+            try:
+                return await call(item)
+            finally:
+                self.current.reset(token)
+                self.counts.append(seen[0])
+        return counted_call
 
     def take(self) -> list[int]:
         out, self.counts = self.counts, []
@@ -223,7 +238,7 @@ async def run() -> list[Row]:
                 for name, items, call in ops:
                     retrieval.legs.plans.clear()
                     statements.take()
-                    samples = await timed_calls(items, call)
+                    samples = await timed_calls(items, statements.wrap(call))
                     counts = statements.take()
                     p50, p95 = percentiles(samples)
                     if who == "trusted":
@@ -259,13 +274,13 @@ async def legs_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[st
     for label, slots in (("legs one after another (before)", None), ("legs concurrent (service)", helper)):
         retrieval._helper = slots
         statements.take()
-        samples = await timed_calls(questions, lambda q: retrieval.run_operation(
-            caller, "claims_and_sources_context", {"query": q}))
+        samples = await timed_calls(questions, statements.wrap(lambda q: retrieval.run_operation(
+            caller, "claims_and_sources_context", {"query": q})))
         counts = statements.take()
         p = percentiles(samples)
         base = base or p[0]
         rows.append(Row("scale-legs", f"claims_and_sources_context, {label}", len(samples), *p, baseline_p50_ms=base,
-                        extra=f"statements/call on the snapshot's connection median {statistics.median(counts):.0f}"))
+                        extra=f"statements/call (all connections) median {statistics.median(counts):.0f}"))
     retrieval._helper = helper
     return rows
 
