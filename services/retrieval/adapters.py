@@ -244,6 +244,9 @@ class SearchLegs:
             caller.space_id, kind, terms)
         n = float(stats["n"])
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
+        if not stats["postings"]:  # no term of the query occurs in the space
+            self.plans.append("none")
+            return []
         if stats["postings"] <= lexical.BM25_EXHAUSTIVE_MAX:
             # Few postings: scoring all of them in one statement is cheaper than proving a
             # prefix (short, uniform texts give the threshold test little to prune).
