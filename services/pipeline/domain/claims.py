@@ -692,7 +692,9 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
     while word_start > sentence_start and not document[word_start - 1].isspace():
         word_start -= 1
     word = document[word_start:index + 1].lstrip("(\"'“‘*_")
-    if word.lower() in _ABBREVIATIONS:
+    previous_word = document[sentence_start:word_start].split()[-1:] if word_start > sentence_start else []
+    if word.lower() in _ABBREVIATIONS and not (previous_word and previous_word[0][-1:].isdigit()):
+        # (after a number it is a unit, "180 ms.", and the period closes the sentence)
         # "… works for Acme Corp.⏎He is …": notes are written a line a sentence, so an
         # abbreviation at a line's end closes the sentence (a title before a name does not)
         k = index + 1
@@ -892,6 +894,18 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
 
 
 _MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
+
+
+def _subordinate_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the relative clauses and appositions in ``text``, from its English parse."""
+    from services.pipeline.domain import nlp
+
+    spans = []
+    for token in nlp.parse(text):
+        if token.dep_ in ("relcl", "appos", "acl"):
+            subtree = list(token.subtree)
+            spans.append((subtree[0].idx, subtree[-1].idx + len(subtree[-1].text)))
+    return spans
 
 
 def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
@@ -1156,7 +1170,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     if resolved:
         # a deictic phrase needs the anchor most; then a phrase with its own preposition or range ("by
         # October", "from June to October") over a bare modifier ("the Q3 budget").
-        chosen = max(resolved, key=lambda e: (e.deictic, e.start < e.edit_start, -e.start))
+        # A date inside a relative clause ("Hugo, who joined in April, took over … on 25 May") is that
+        # clause's time, not the statement's, when the main clause has its own.
+        inside = _subordinate_spans(document[part.start:part.end]) if len(resolved) > 1 else []
+        chosen = max(resolved, key=lambda e: (not any(a <= e.start < b for a, b in inside), e.deictic,
+                                              e.start < e.edit_start, -e.start))
     for expression in expressions:
         if expression is chosen:
             continue
@@ -1483,13 +1501,23 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     """
     passage = ctx.item.passage
     names: dict[str, tuple[str, tuple[int, int]]] = {}
+    last: list[tuple[int, int, str]] = []
+    last_sentence: _Sentence | None = None
     for other in ctx.model.sentences:
         if other.start >= position:
             break
         if other.start < passage.char_start or other.end > passage.char_end:
             continue
-        for start, end, name in _person_mentions(ctx.model, other.start, min(other.end, position), other.start):
+        last = _person_mentions(ctx.model, other.start, min(other.end, position), other.start)
+        last_sentence = other if other.end <= position else None
+        for start, end, name in last:
             names[name.split()[0]] = (name, (start, end))
+    if len(names) > 1 and last_sentence is not None:
+        # several names ("Yuki Mori joined Brightwave …. She …"): a subject pronoun continues the
+        # previous sentence's grammatical subject when that subject is one of them
+        subject = _parsed_subject(ctx.model.text, last_sentence.start, last_sentence.end)
+        chosen = [m for m in last if subject is not None and m[0] <= subject < m[1]]
+        names = {chosen[0][2].split()[0]: (chosen[0][2], (chosen[0][0], chosen[0][1]))} if chosen else names
     if len(names) != 1:
         return None
     speaker = sentence.unit.speaker
@@ -1501,6 +1529,19 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
         if others - set(names):
             return None
     return next(iter(names.values()))
+
+
+def _parsed_subject(document: str, start: int, end: int) -> int | None:
+    """Offset of the main clause's subject in ``document[start:end]``, from the English parse."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[start:end])
+    for sentence in doc.sents:
+        subject = next((t for t in sentence.root.children if t.dep_ in ("nsubj", "nsubjpass")), None)
+        if subject is not None and subject.pos_ == "PROPN":
+            return start + subject.idx
+        return None
+    return None
 
 
 def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -> list[tuple[str, tuple[int, int]]]:

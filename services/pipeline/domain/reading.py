@@ -117,6 +117,9 @@ horrible nice lovely ugly beautiful elegant clean messy better best worse worst 
 pointless important overrated underrated interesting boring exciting confusing easy easier hard harder difficult
 simple complicated annoying frustrating impressive disappointing promising ridiculous stupid smart clever perfect
 silly weird strange cool fun painful crazy solid sensible reasonable slow fast""".split())
+_VERB_LEXICON = frozenset(
+    {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
+                 *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -202,6 +205,12 @@ def _is_personish(token: Any) -> bool:
                                        and not any(c.dep_ == "det" for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
         t.lower_ in _ORG_WORDS for t in token.subtree)
+
+
+def _is_bare_name(token: Any) -> bool:
+    """A proper name without article, team or project word ("Brightwave", not "the design team")."""
+    return token.pos_ == "PROPN" and not any(c.dep_ == "det" for c in token.children) and not any(
+        t.lemma_.lower() in _LED_HEADS | _GROUP_HEADS for t in token.subtree)
 
 
 def _is_place(token: Any) -> bool:
@@ -398,6 +407,9 @@ def read(text: str) -> list[Reading]:
     corrected = _without_prefix(text)[1]
     text = prepared(text)
     doc = nlp.parse(text)
+    repaired = _verb_read_as_noun(text, doc)
+    if repaired is not None:
+        text, doc = repaired, nlp.parse(repaired)
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
     hedged = any(t.lower_ in _HEDGES for t in doc) or bool(re.search(r"\b(?:seems|appears) to\b", text, re.I))
@@ -442,6 +454,27 @@ def read(text: str) -> list[Reading]:
     return out
 
 
+def _verb_read_as_noun(text: str, doc: Any) -> str | None:
+    """The small pipeline tags a present-tense verb after a noun compound as a plural noun ("the
+    search API runs in Frankfurt", "the price increases from …") and leaves the sentence without a
+    verb. When a verbless sentence has such a word whose lemma is one of the vocabulary's verbs,
+    the text is read again with the verb made unmistakable ("… does run in …"), same tense."""
+    for sentence in doc.sents:
+        root = sentence.root
+        if root.tag_ == "VBZ" and not any(c.dep_.startswith("nsubj") for c in root.children) and any(
+                c.dep_ == "compound" and c.i < root.i for c in root.children):
+            # the same error tagged the other way: "runs" a verb whose subject became its compound
+            return f"{text[:root.idx]}does {root.lemma_.lower()}{text[root.idx + len(root.text):]}"
+        if root.pos_ in ("VERB", "AUX") or any(t.pos_ == "AUX" for t in sentence):
+            continue
+        for t in sentence:
+            if (t.tag_ == "NNS" and t.lemma_.lower() in _VERB_LEXICON and t.i > sentence.start
+                    and doc[t.i - 1].pos_ in ("NOUN", "PROPN") and t.i + 1 < sentence.end
+                    and doc[t.i + 1].pos_ in ("ADP", "DET", "NUM", "ADV", "PART", "PROPN")):
+                return f"{text[:t.idx]}does {t.lemma_.lower()}{text[t.idx + len(t.text):]}"
+    return None
+
+
 def _replace(reading: Reading, **changes: object) -> Reading:
     values = {**reading.__dict__, **changes}
     return Reading(**values)  # type: ignore[arg-type]
@@ -470,7 +503,7 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
     if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
-           for t in c.head.children) or (
+           for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]
@@ -572,6 +605,8 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         if target is None or _is_time(target):
             return None
         predicate = "works_on" if base == "start" and _first(c.preps, "on") is target else _membership(target)
+        if predicate == "works_on" and _is_bare_name(target) and not _is_place(target):
+            predicate = "works_for"  # "joined Brightwave": a name with no team or project word is an employer
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
@@ -589,10 +624,14 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             predicate = "located_in"
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
             and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
-        if base in ("switch", "migrate") and not c.objects and not c.passive and product and (
-                predicate != "located_in" or base == "switch"):
-            predicate = "uses"  # "the web team switched from Jenkins to GitHub Actions": a tool
         movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
+        if base in ("switch", "migrate") and not c.passive and product and (
+                predicate != "located_in" or base == "switch") and not _is_place(destination):
+            # "the web team switched from Jenkins to GitHub Actions", "… switched the expense tool from
+            # Spendly to Pleo": the subject uses a tool (the object, when there is one, names its slot)
+            predicate = "uses"
+            if c.objects and subjects and all(t.lower_ not in _PRONOUNS for t in c.subjects):
+                movers = subjects
         return _rel(movers, predicate, _np_text(destination), succession, text,
                     previous=_np_text(source) if source is not None else None)
     if verb in _END or base in _END:
@@ -669,6 +708,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             if target is not None:
                 return _rel(subjects, predicate, _np_text(target), change, text)
     del key
+    platform = _non_time(c.preps.get("on"))
+    if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
+            and not _is_place(platform) \
+            and not _is_personish(c.subjects[0] if c.subjects else platform):
+        return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
         thing = c.subjects[0] if c.subjects else None
