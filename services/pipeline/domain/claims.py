@@ -1508,9 +1508,10 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
             break
         if other.start < passage.char_start or other.end > passage.char_end:
             continue
-        last = _person_mentions(ctx.model, other.start, min(other.end, position), other.start)
-        last_sentence = other if other.end <= position else None
-        for start, end, name in last:
+        mentions = _person_mentions(ctx.model, other.start, min(other.end, position), other.start)
+        if other.end <= position:
+            last, last_sentence = mentions, other
+        for start, end, name in mentions:
             names[name.split()[0]] = (name, (start, end))
     if len(names) > 1 and last_sentence is not None:
         # several names ("Yuki Mori joined Brightwave …. She …"): a subject pronoun continues the

@@ -277,9 +277,10 @@ class ParseRelationProvider:
 
         nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
         aliases = set(known_aliases)
+        definitions: dict[str, str] = {}
         out = []
         for claim in claims:
-            drafts, reason = read_claim(claim, frozenset(aliases))
+            drafts, reason = read_claim(claim, frozenset(aliases), definitions)
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
@@ -294,13 +295,25 @@ _CHANGE = {"none": "none", "succession": "succession", "correction": "correction
            "end": "negation"}
 
 
-def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) -> tuple[list[AssertionDraft],
-                                                                                       str | None]:
-    """A claim's assertions from its parse, or ([], reason)."""
+def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
+               definitions: dict[str, str] | None = None) -> tuple[list[AssertionDraft], str | None]:
+    """A claim's assertions from its parse, or ([], reason). ``definitions`` carries what
+    earlier claims of the batch defined ("Kestrel is the team …" → "team": "Kestrel") and is
+    updated with this claim's definitions."""
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
     readings = reading.read(text)
+    definitions = {} if definitions is None else definitions
+
+    def refer(surface: str) -> str:
+        resolved = _bare_reference(surface, known_aliases)
+        return definitions.get(normalize_name(resolved), resolved) if resolved == surface else resolved
+
+    for r in readings:
+        defined = r.features.get("defines")
+        if r.kind == "statement" and r.subject and isinstance(defined, str) and defined in BARE_HEAD_NOUNS:
+            definitions[defined] = clean_surface(r.subject)
     holder = clean_surface(claim.attributed_to) if claim.is_attributed and claim.attributed_to else None
     reported = next((r for r in readings if r.kind == "reported"), None)
     if holder is None and reported is not None and reported.subject:
@@ -334,8 +347,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                 and _in_future(claim, text):
             r = reading.Reading("plan", subject=r.subject, mood="plan", label=r.label)  # a move not made yet
         if r.kind == "relation":
-            subject = _bare_reference(clean_surface(r.subject or ""), known_aliases)
-            obj = _bare_reference(clean_surface(r.object or ""), known_aliases)
+            subject = refer(clean_surface(r.subject or ""))
+            obj = refer(clean_surface(r.object or ""))
             if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
                 features = dict(extra)
                 if r.change == "end":
@@ -348,6 +361,12 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                         obj):
                     # "from Frankfurt to Dublin": it was in Frankfurt until then
                     drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=previous,
+                                                 features={**extra, "until_claim": True}))
+                holder = clean_surface(r.previous_holder) if r.previous_holder else None
+                if holder and r.change == "succession" and is_entity_name(holder) \
+                        and normalize_name(holder) != normalize_name(subject):
+                    # "Oren handed the restore drill over to Mateo": Oren held it until then
+                    drafts.append(AssertionDraft("relation", holder, predicate=r.predicate, object=obj,
                                                  features={**extra, "until_claim": True}))
                 drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=obj,
                                              change_kind=_CHANGE[r.change], previous_object=previous,

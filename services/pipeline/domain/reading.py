@@ -518,7 +518,12 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
         readings = _attribute(c, verb, change, text)
     if readings is None:
         subject = _np_text(c.subjects[0]) if c.subjects else None
-        readings = [Reading("statement", subject=subject, change=change, label=text)]
+        features: dict[str, object] = {}
+        if (base == "be" and c.attr is not None and c.subjects and c.subjects[0].pos_ == "PROPN"
+                and c.attr.pos_ == "NOUN" and change == "none"
+                and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
+            features["defines"] = c.attr.lemma_.lower()  # "Kestrel is the team behind …": "the team" is Kestrel
+        readings = [Reading("statement", subject=subject, change=change, label=text, features=features)]
     return readings
 
 
@@ -704,9 +709,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     for prep in c.preps:
         predicate = _PREP_VERB_PREDICATES.get((base, prep))
         if predicate is not None:
-            target = _non_time(c.preps[prep])
-            if target is not None:
-                return _rel(subjects, predicate, _np_text(target), change, text)
+            # "depends on the payments gateway and the fraud service": one relation per conjunct
+            targets = [t for t in c.preps[prep] if not _is_time(t)]
+            readings = [r for t in targets for r in _rel(subjects, predicate, _np_text(t), change, text) or []]
+            if readings:
+                return readings
     del key
     platform = _non_time(c.preps.get("on"))
     if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
