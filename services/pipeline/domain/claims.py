@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
-from services.pipeline.domain import timeparse
+from services.pipeline.domain import structure, timeparse
 
 __all__ = [
     "CLAIMIFY_OMIT_REASONS",
@@ -267,7 +267,7 @@ according
 
 _META_BOILERPLATE_KEYS = frozenset("""
 participants attendees present date time location duration tags author authors facilitator chair cc to from subject
-title url link source venue where when recorded timezone scribe notetaker
+title url link source venue where when recorded timezone scribe notetaker members
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
 _DATE_KEYS = frozenset({"date", "when"})
@@ -287,12 +287,8 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
 _NAME_WORD = r"[A-Z][a-z]+(?:[-'’][A-Z][a-z]+)*"
 _NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.(?!\w)|{_NAME_WORD}))*"
 _NAME_RE = re.compile(rf"(?<![\w'’]){_NAME}")
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_TURN_RE = re.compile(r"^\[(?P<tid>[^|\]\n]+?)\s*\|\s*(?P<ts>[^\]\n]+?)\s*\]\s*(?P<speaker>[^:\n\]]{1,80}?)\s*:\s+")
 _BOLD_SPEAKER_RE = re.compile(r"^\*\*(?P<speaker>[A-Z][^*:\n]{0,60}?)(?::\*\*|\*\*:)\s+")
 _PLAIN_LABEL_RE = re.compile(r"^(?P<speaker>[A-Z][A-Za-z'’-]*(?:\s+(?:[A-Za-z][A-Za-z'’-]*|[A-Z]\.)){0,3}):\s+(?=\S)")
-_LIST_RE = re.compile(r"^(\s*)(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
-_QUOTE_RE = re.compile(r"^\s*>\s?")
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
@@ -492,16 +488,6 @@ class _UnitBuilder:
                      self.turn_anchor_span)
 
 
-def _parse_timestamp(text: str) -> date | None:
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return timeparse.find_anchor_date(text)
-    if moment.tzinfo is None:
-        return moment.date()
-    return moment.astimezone(UTC).date()
-
-
 def _split_names(value: str) -> tuple[str, ...]:
     names = []
     for piece in re.split(r"\s*(?:,|;|\band\b|&)\s*", value):
@@ -521,8 +507,6 @@ def _parse_document(document: str) -> _Model:
     first_heading: tuple[str, tuple[int, int]] | None = None
     speakers: set[str] = set()
     current: _UnitBuilder | None = None
-    in_fence = False
-    position = 0
 
     def close() -> None:
         nonlocal current
@@ -530,90 +514,78 @@ def _parse_document(document: str) -> _Model:
             units.append(current.freeze())
         current = None
 
-    for raw in document.splitlines(keepends=True):
-        line_start = position
-        position += len(raw)
-        line = raw.rstrip("\r\n")
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        content_end = line_start + len(line.rstrip())
-        if stripped.startswith(("```", "~~~")):
-            close()
-            in_fence = not in_fence
+    # One structure parse: the blocks the chunker cuts are the units claims are read from, so
+    # headings, list items, turn headers and turn times mean the same to chunks and claims.
+    for block in structure.parse_blocks(document):
+        close()
+        if block.kind in ("code", "table_row"):
             continue
-        if in_fence:
-            continue
-        if not stripped:
-            close()
-            continue
-        heading = _HEADING_RE.match(line)
-        if heading:
-            close()
-            text_start = line_start + heading.start(2)
-            span = (text_start, line_start + heading.end(2))
-            if first_heading is None and heading.group(2):
-                first_heading = (heading.group(2), span)
-            day = timeparse.find_anchor_date(heading.group(2))
+        if block.kind == "heading":
+            span = structure.heading_span(block)
+            title = document[span[0]:span[1]]
+            if first_heading is None and title:
+                first_heading = (title, span)
+            day = timeparse.find_anchor_date(title)
             if day is not None:
-                anchors.append((line_start, day, span))
+                anchors.append((block.char_start, day, span))
             continue
-        if stripped.startswith(("|", "<!--", "<")) or _RULE_RE.match(line):
-            close()
+        if block.kind == "speaker_turn":
+            assert block.speaker is not None
+            speaker_span, time_span, text_start = structure.turn_spans(block)
+            speakers.add(block.speaker)
+            turn_day = block.turn_time.astimezone(UTC).date() if block.turn_time is not None else None
+            current = _UnitBuilder(text_start, block.char_end, "turn", block.speaker, speaker_span, turn_day,
+                                   time_span if turn_day is not None else None)
             continue
-        turn = _TURN_RE.match(line)
-        if turn:
-            close()
-            speaker = turn.group("speaker").strip()
-            speakers.add(speaker)
-            ts_span = (line_start + turn.start("ts"), line_start + turn.end("ts"))
-            current = _UnitBuilder(line_start + turn.end(), content_end, "turn", speaker,
-                                   (line_start + turn.start("speaker"), line_start + turn.end("speaker")),
-                                   _parse_timestamp(turn.group("ts")), ts_span)
+        if block.kind in ("list_item", "quote"):
+            current = _UnitBuilder(structure.content_start(block), block.char_end,
+                                   "list" if block.kind == "list_item" else "quote")
             continue
-        label = _BOLD_SPEAKER_RE.match(line) or _PLAIN_LABEL_RE.match(line)
-        if label:
-            key = label.group("speaker").strip()
-            lowered = key.lower()
-            value_start = line_start + label.end()
-            if lowered in _META_BOILERPLATE_KEYS:
+        # a paragraph: its lines may be meta lines ("Attendees: …", "Date: …"), labels
+        # ("Summary: …") or speaker labels ("Dana: …", "**Dana:** …"), each starting a unit
+        position = block.char_start
+        for raw in block.text.splitlines(keepends=True):
+            line_start = position
+            position += len(raw)
+            line = raw.rstrip("\r\n")
+            stripped = line.strip()
+            indent = len(line) - len(line.lstrip())
+            content_end = line_start + len(line.rstrip())
+            if stripped.startswith(("<!--", "<")) or _RULE_RE.match(line):
                 close()
-                meta_spans.append((line_start + indent, content_end))
-                value = document[value_start:content_end]
-                if lowered in _PARTICIPANT_KEYS and not participants:
-                    participants = _split_names(value)
-                    participants_span = (value_start, content_end)
-                if lowered in _DATE_KEYS:
-                    day = timeparse.find_anchor_date(value)
-                    if day is not None:
-                        anchors.append((line_start, day, (value_start, content_end)))
                 continue
-            if lowered in _LABEL_KEYS:
-                close()
-                current = _UnitBuilder(value_start, content_end, "paragraph")
-                continue
-            if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
-                close()
-                speakers.add(key)
-                current = _UnitBuilder(value_start, content_end, "speaker", key,
-                                       (line_start + label.start("speaker"), line_start + label.end("speaker")))
-                continue
-        item = _LIST_RE.match(line)
-        if item:
-            close()
-            current = _UnitBuilder(line_start + item.end(), content_end, "list")
-            continue
-        quote = _QUOTE_RE.match(line)
-        if quote:
-            if current is not None and current.kind == "quote":
+            label = _BOLD_SPEAKER_RE.match(line.lstrip()) or _PLAIN_LABEL_RE.match(line.lstrip())
+            if label:
+                key = label.group("speaker").strip()
+                lowered = key.lower()
+                value_start = line_start + indent + label.end()
+                if lowered in _META_BOILERPLATE_KEYS:
+                    close()
+                    meta_spans.append((line_start + indent, content_end))
+                    value = document[value_start:content_end]
+                    if lowered in _PARTICIPANT_KEYS and not participants:
+                        participants = _split_names(value)
+                        participants_span = (value_start, content_end)
+                    if lowered in _DATE_KEYS:
+                        day = timeparse.find_anchor_date(value)
+                        if day is not None:
+                            anchors.append((line_start, day, (value_start, content_end)))
+                    continue
+                if lowered in _LABEL_KEYS:
+                    close()
+                    current = _UnitBuilder(value_start, content_end, "paragraph")
+                    continue
+                if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
+                    close()
+                    speakers.add(key)
+                    current = _UnitBuilder(value_start, content_end, "speaker", key,
+                                           (line_start + indent + label.start("speaker"),
+                                            line_start + indent + label.end("speaker")))
+                    continue
+            if current is not None:
                 current.end = content_end
             else:
-                close()
-                current = _UnitBuilder(line_start + quote.end(), content_end, "quote")
-            continue
-        if current is not None:
-            current.end = content_end
-        else:
-            current = _UnitBuilder(line_start + indent, content_end, "paragraph")
+                current = _UnitBuilder(line_start + indent, content_end, "paragraph")
     close()
 
     sentences: list[_Sentence] = []
