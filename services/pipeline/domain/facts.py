@@ -350,27 +350,9 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             subject = refer(clean_surface(r.subject or ""))
             obj = refer(clean_surface(r.object or ""))
             if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
-                features = dict(extra)
-                if r.change == "end":
-                    features["ends"] = True
-                if r.previous_holder:
-                    features["previous_holder"] = r.previous_holder
                 previous = clean_surface(r.previous) if r.previous else None
-                previous = previous if previous and is_entity_name(previous) else None
-                if previous is not None and r.change == "succession" and normalize_name(previous) != normalize_name(
-                        obj):
-                    # "from Frankfurt to Dublin": it was in Frankfurt until then
-                    drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=previous,
-                                                 features={**extra, "until_claim": True}))
-                holder = clean_surface(r.previous_holder) if r.previous_holder else None
-                if holder and r.change == "succession" and is_entity_name(holder) \
-                        and normalize_name(holder) != normalize_name(subject):
-                    # "Oren handed the restore drill over to Mateo": Oren held it until then
-                    drafts.append(AssertionDraft("relation", holder, predicate=r.predicate, object=obj,
-                                                 features={**extra, "until_claim": True}))
-                drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=obj,
-                                             change_kind=_CHANGE[r.change], previous_object=previous,
-                                             features=features))
+                drafts.extend(relation_drafts(subject, r.predicate or "", obj, r.change, previous=previous,
+                                              previous_holder=r.previous_holder, extra=extra))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
             attribute, renewed = _attribute_reference(r.attribute, known_aliases)
@@ -387,14 +369,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                     change, previous_value = "correction", r.previous
                 # a value measured over a period ("fell to 0.4 percent in June") holds for that period
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
-                if state and r.previous and change == "succession":
-                    # "lowered the training budget from 40,000 EUR to 25,000 EUR": 40,000 until then
-                    drafts.append(AssertionDraft(
-                        "observation", anchor, statement=f"{attribute}: {r.previous}",
-                        features={**extra, "attribute": attribute, "value": r.previous, "until_claim": True}))
-                drafts.append(AssertionDraft(
-                    "observation", anchor, statement=r.label, change_kind=change, previous_value=previous_value,
-                    features={**extra, "attribute": r.attribute, "value": r.value, "state": state}))
+                drafts.extend(attribute_drafts(anchor, attribute, r.value, change, previous=r.previous,
+                                               previous_value=previous_value, state=state, extra=extra))
                 continue
         if r.kind == "nonfact":
             continue
@@ -420,6 +396,54 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                                      if r.kind != "plan" else "none", features=features))
         break  # one observation per claim: its text is the statement
     return drafts, (None if drafts else reason)
+
+
+def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, previous: str | None = None,
+                    previous_holder: str | None = None, extra: dict[str, object] | None = None
+                    ) -> list[AssertionDraft]:
+    """The drafts one relation reading makes, whichever provider read it: the relation with its
+    change kind ("end" is a negation that ``ends`` the fact), and for a succession what held
+    until then: "from Frankfurt to Dublin" (the previous object) and "took over from Lena" (the
+    previous holder), each a fact that ends at the claim's time (``until_claim``)."""
+    extra = dict(extra or {})
+    features = dict(extra)
+    if change == "end":
+        features["ends"] = True
+    if previous_holder:
+        features["previous_holder"] = previous_holder
+    drafts: list[AssertionDraft] = []
+    previous = previous if previous and is_entity_name(previous) else None
+    if previous is not None and change == "succession" and normalize_name(previous) != normalize_name(obj):
+        drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=previous,
+                                     features={**extra, "until_claim": True}))
+    holder = clean_surface(previous_holder) if previous_holder else None
+    if holder and change == "succession" and is_entity_name(holder) and normalize_name(holder) != normalize_name(
+            subject):
+        # "Oren handed the restore drill over to Mateo": Oren held it until then
+        drafts.append(AssertionDraft("relation", holder, predicate=predicate, object=obj,
+                                     features={**extra, "until_claim": True}))
+    drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
+                                 change_kind=_CHANGE[change], previous_object=previous, features=features))
+    return drafts
+
+
+def attribute_drafts(anchor: str, attribute: str, value: str, change: str, *, previous: str | None = None,
+                     previous_value: str | None = None, state: bool = False,
+                     extra: dict[str, object] | None = None) -> list[AssertionDraft]:
+    """The drafts one attribute value makes: the canonical observation ("Q3 marketing budget:
+    90,000 EUR") and, for a state changed "from 40,000 EUR to 25,000 EUR", the old value that
+    held until then."""
+    extra = dict(extra or {})
+    drafts: list[AssertionDraft] = []
+    if state and previous and change == "succession":
+        drafts.append(AssertionDraft("observation", anchor, statement=f"{attribute}: {previous}",
+                                     features={**extra, "attribute": attribute, "value": previous,
+                                               "until_claim": True}))
+    drafts.append(AssertionDraft("observation", anchor, statement=f"{attribute}: {value}", change_kind=change,
+                                 previous_value=previous_value,
+                                 features={**extra, "attribute": attribute, "value": value,
+                                           "state": state}))
+    return drafts
 
 
 _FORWARD = re.compile(r"\b(?:next|coming|upcoming)\s+(?:week|sprint|month|quarter|year|release|cycle)\b"
