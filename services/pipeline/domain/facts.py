@@ -361,7 +361,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             if attribute != r.attribute:
                 r = reading.Reading(**{**r.__dict__, "attribute": attribute,
                                        "label": f"{attribute}: {r.value}"})
-            anchor = _attribute_anchor(attribute, known_aliases)
+            anchor = attribute_anchor(attribute, known_aliases)
             if anchor is not None:
                 change = _CHANGE[r.change]
                 previous_value = None
@@ -511,7 +511,7 @@ def _has_predicate(text: str) -> bool:
     return not _is_fragment(nlp.parse(reading.prepared(text)))
 
 
-def _attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | None:
+def attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | None:
     """The entity an attribute belongs to: the longest known name inside it ("billing
     migration" in "billing migration launch"), else the attribute's own noun phrase."""
     folded = normalize_name(attribute)

@@ -27,7 +27,8 @@ def one(text: str, **kwargs):
 
 
 def test_take_over_from_names_the_new_holder_and_the_old() -> None:
-    (before, d), _ = drafts("As of 1 January 2026, Kofi Mensah took over the on-call rotation for Orion from Lena Park.")
+    (before, d), _ = drafts(
+        "As of 1 January 2026, Kofi Mensah took over the on-call rotation for Orion from Lena Park.")
     assert (d.kind, d.subject, d.predicate, d.object, d.change_kind) == (
         "relation", "Kofi Mensah", "other:leads", "on-call rotation for Orion", "succession")
     assert d.features["previous_holder"] == "Lena Park"
