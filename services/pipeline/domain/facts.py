@@ -390,6 +390,11 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
         features = dict(extra)
         if r.kind == "plan":
             features["kind"] = "plan"
+        rest = r.features.get("predicate_text")
+        if r.kind == "statement" and rest and r.subject:
+            features["label_rest"] = rest  # the label says it of the entity's current name …
+            if normalize_name(clean_surface(r.subject)) != normalize_name(anchor):
+                features["label_subject"] = clean_surface(r.subject)  # … or of the subject as written
         change = _CHANGE[r.change]
         drafts.append(AssertionDraft("observation", anchor, statement=text,
                                      change_kind="negation" if change == "negation" else _change_kind(text)
@@ -645,6 +650,16 @@ def relation_label(subject: str, predicate: str, obj: str) -> str:
     """Readable, undated: "Ravi works on billing migration"."""
     phrase = _PHRASE.get(predicate) or predicate.removeprefix("other:").replace("_", " ")
     return f"{subject} {phrase} {obj}"
+
+
+def observation_label(subject: str, statement: str, features: dict[str, object]) -> str:
+    """An observation's label: a canonical statement of the subject's current name when the
+    parse gave one ("Wen Zhou finished export API"), an attribute value as it is ("Q3
+    marketing budget: 90,000 EUR"), else the statement itself."""
+    rest = features.get("label_rest")
+    written = features.get("label_subject")
+    subject = written if isinstance(written, str) and written else subject
+    return f"{subject} {rest}" if isinstance(rest, str) and rest else statement
 
 
 _CANONICAL_ATTRIBUTE = re.compile(r"^(?P<name>[^:]{1,200}):\s+\S")

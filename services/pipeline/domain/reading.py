@@ -523,8 +523,39 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
                 and c.attr.pos_ == "NOUN" and change == "none"
                 and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
             features["defines"] = c.attr.lemma_.lower()  # "Kestrel is the team behind …": "the team" is Kestrel
+        rest = _predicate_text(c)
+        if rest:
+            features["predicate_text"] = rest
         readings = [Reading("statement", subject=subject, change=change, label=text, features=features)]
     return readings
+
+
+_CLAUSE_DEPS = frozenset({"relcl", "advcl", "ccomp", "parataxis", "punct", "mark", "cc", "conj", "intj", "dep",
+                          "nsubj", "nsubjpass", "csubj", "expl", "discourse", "meta"})
+
+
+def _predicate_text(c: _Clause) -> str | None:
+    """What a plain statement says of its subject, as a canonical phrase: the verb with its
+    auxiliaries, negation and complements, without articles, punctuation, subordinate clauses
+    or dated adjuncts ("Wen finished the export API on Friday." → "finished export API")."""
+    if not c.subjects or c.head.pos_ not in ("VERB", "AUX"):
+        return None
+    keep: list[Any] = [c.head]
+    for child in c.head.children:
+        if child.dep_ in _CLAUSE_DEPS:
+            continue
+        if child.dep_ == "prep" and any(_is_time(o) for o in child.children if o.dep_ == "pobj"):
+            continue
+        if child.ent_type_ in ("DATE", "TIME") and child.dep_ not in ("dobj", "attr") and not (
+                child.dep_ == "advmod" and child.lemma_.lower() not in _TIME_NOUNS):  # "run nightly" keeps it
+            continue
+        keep.extend(child.subtree)
+    inner = {t.i for k in keep if k.dep_ == "relcl" and k is not c.head for t in k.subtree}
+    words = [t for t in sorted(set(keep), key=lambda t: t.i)
+             if not t.is_punct and t.i not in inner and not (t.dep_ == "det" and t.lower_ in ("the", "a", "an"))]
+    text = re.sub(r"\s+", " ", " ".join(t.text for t in words)).strip()
+    text = re.sub(r" (n't|'s|’s|'re|'ve|'ll|'d)\b", r"\1", text)
+    return text if text and len(text.split()) <= 12 else None
 
 
 def _people(tokens: list[Any]) -> list[str]:
