@@ -48,7 +48,7 @@ DECISION_KINDS: tuple[str, ...] = (
 )
 SELECTION_DROP_REASONS: tuple[str, ...] = (
     "opinion", "advice", "hypothetical", "generic", "question", "intro", "conclusion", "no_info", "ambiguous",
-    "references_boilerplate",
+    "references_boilerplate", "not_prose",
 )
 KEEP_FLAG_REASONS: tuple[str, ...] = ("hedged", "unresolved_date")
 DECONTEXT_REASONS: tuple[str, ...] = (
@@ -471,6 +471,7 @@ class _Model:
     first_heading: tuple[str, tuple[int, int]] | None
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
+    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
 
 
 @dataclass
@@ -507,6 +508,7 @@ def _parse_document(document: str) -> _Model:
     first_heading: tuple[str, tuple[int, int]] | None = None
     speakers: set[str] = set()
     current: _UnitBuilder | None = None
+    not_prose: list[tuple[int, int, str]] = []
 
     def close() -> None:
         nonlocal current
@@ -519,6 +521,7 @@ def _parse_document(document: str) -> _Model:
     for block in structure.parse_blocks(document):
         close()
         if block.kind in ("code", "table_row"):
+            not_prose.append((block.char_start, block.char_end, block.kind))
             continue
         if block.kind == "heading":
             span = structure.heading_span(block)
@@ -609,7 +612,7 @@ def _parse_document(document: str) -> _Model:
                     known.add(subject)
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
-                  first_heading, frozenset(known | known_words), frozenset(noninitial))
+                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose))
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -854,6 +857,9 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
         if passage_start <= start and end <= passage_end:
             ctx.decide("selection_drop", "references_boilerplate", start, end,
                        _normalise_space(item.document[start:end]))
+    for start, end, kind in model.not_prose:
+        if passage_start <= start and end <= passage_end:
+            ctx.decide("selection_drop", "not_prose", start, end, kind)
     for sentence in model.sentences:
         if sentence.end <= passage_start or sentence.start >= passage_end:
             continue
