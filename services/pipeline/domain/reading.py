@@ -697,9 +697,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             succession = "succession" if base in ("reassign", "hand") and change == "none" else change
             return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
         if base in _LOCATION_VERBS:
-            place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
-            if place is not None:
-                return _rel(subjects, "located_in", _np_text(place), change, text)
+            # "deployed in Frankfurt and Dublin": one relation per place
+            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or [] if not _is_time(t)]
+            readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
+            if readings:
+                return readings
         return None
     if base == "be":
         role = _role(c.attr)
