@@ -418,6 +418,10 @@ def read(text: str) -> list[Reading]:
             out.append(Reading("nonfact", mood="question", label=sentence.text.strip()))
             continue
         root = sentence.root
+        garden = _garden_path_copula(sentence)
+        if garden is not None:
+            out.append(garden)
+            continue
         heads = [root, *[c for c in root.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")]]
         # "Eva owns the budget, so she will check": a clause of its own, with its own subject
         heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
@@ -452,6 +456,27 @@ def read(text: str) -> list[Reading]:
                 out.append(reading)
             extra = []
     return out
+
+
+def _garden_path_copula(sentence: Any) -> Reading | None:
+    """"The minimum supported iOS version is 16": the small parser takes the participle for the
+    main verb and hangs the copula under it without a subject. Then the copula is the main
+    verb, everything before it its subject, and a value after it the attribute's value."""
+    root = sentence.root
+    if root.tag_ != "VBD" or any(c.dep_.startswith("nsubj") and c.i > root.i for c in root.children):
+        return None
+    copula = next((c for c in root.children if c.lemma_ == "be" and c.pos_ == "AUX" and c.dep_ in ("ccomp", "conj")
+                   and c.i > root.i and not any(s.dep_.startswith("nsubj") for s in c.children)), None)
+    value = next((c for c in copula.children if c.dep_ in ("attr", "acomp")), None) if copula is not None else None
+    if copula is None or value is None or not _is_valueish(value):
+        return None
+    words = [t for t in sentence if t.i < copula.i and not t.is_punct]
+    while words and words[0].lower_ in _DETERMINERS:
+        words = words[1:]
+    if not words or any(t.dep_ == "cc" or t.lower_ in _PRONOUNS for t in words):
+        return None
+    name = " ".join(t.text for t in words)
+    return _attr(name, None, _value_of(value), "none", sentence.text.strip(), state=True)
 
 
 def _verb_read_as_noun(text: str, doc: Any) -> str | None:
