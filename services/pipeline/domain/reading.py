@@ -577,9 +577,12 @@ def _predicate_text(c: _Clause) -> str | None:
         keep.extend(child.subtree)
     inner = {t.i for k in keep if k.dep_ == "relcl" and k is not c.head for t in k.subtree}
     words = [t for t in sorted(set(keep), key=lambda t: t.i)
-             if not t.is_punct and t.i not in inner and not (t.dep_ == "det" and t.lower_ in ("the", "a", "an"))]
-    text = re.sub(r"\s+", " ", " ".join(t.text for t in words)).strip()
-    text = re.sub(r" (n't|'s|’s|'re|'ve|'ll|'d)\b", r"\1", text)
+             if not (t.is_punct and t.text not in ("-", "/", "&", "'", "’")) and t.i not in inner
+             and not (t.dep_ == "det" and t.lower_ in ("the", "a", "an"))]
+    # the words' own spacing where they are adjacent ("on-call", "isn't"), one space across a gap
+    text = "".join(t.text_with_ws if i + 1 < len(words) and words[i + 1].i == t.i + 1 else t.text + " "
+                   for i, t in enumerate(words))
+    text = re.sub(r"\s+", " ", text).strip(" -/&")
     return text if text and len(text.split()) <= 12 else None
 
 
