@@ -391,7 +391,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
         if r.kind == "plan":
             features["kind"] = "plan"
         rest = r.features.get("predicate_text")
-        if r.kind == "statement" and rest and r.subject:
+        if r.kind in ("statement", "plan") and rest and r.subject:
             features["label_rest"] = rest  # the label says it of the entity's current name …
             if normalize_name(clean_surface(r.subject)) != normalize_name(anchor):
                 features["label_subject"] = clean_surface(r.subject)  # … or of the subject as written

@@ -524,7 +524,9 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     # plans and intentions: "will", "plans to", "is going to"
     if c.modal == "will" or (base in _PLAN_VERBS and c.xcomp is not None) or (
             base == "go" and c.xcomp is not None and any(t.lower_ == "going" for t in [c.head])):
-        return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text)]
+        rest = _predicate_text(c)
+        return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text,
+                        features={"predicate_text": rest} if rest else {})]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
     if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
