@@ -536,9 +536,12 @@ async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Rec
              FROM assertions a JOIN facts f ON f.fact_id = a.fact_id WHERE a.version_id = $1
            UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
            SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.embedding IS NULL
-                  AND m.resolved_entity_id IN (f.subject_entity_id, f.object_entity_id)
-            WHERE m.version_id = $1""", version_id)
+             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
+            WHERE m.version_id = $1 AND f.embedding IS NULL
+           UNION
+           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
+            WHERE m.version_id = $1 AND f.embedding IS NULL""", version_id)
 
 
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:
