@@ -49,6 +49,7 @@ from services.pipeline.domain.facts import (
     clean_surface,
     is_entity_name,
     relation_drafts,
+    statement_label_features,
     valid_predicate,
 )
 from services.platform.text import fold, normalize_name
@@ -332,7 +333,8 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
         extra: dict[str, object] = {"hedged": True} if entry["hedged"] else {}
         change = entry["change_kind"]
         if entry["mood"] == "plan":  # an intention is an observation of kind plan, never state
-            drafts.append(AssertionDraft("observation", subject, statement=text, features={**extra, "kind": "plan"}))
+            drafts.append(AssertionDraft("observation", subject, statement=text,
+                                         features={**extra, **statement_label_features(text, subject), "kind": "plan"}))
             continue
         attribute = _name(entry["attribute"]) if kind == "observation" else ""
         value = (entry["value"] or "").strip()[:_VALUE_CHARS] if attribute else ""
@@ -354,7 +356,8 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
         else:
             drafts.append(AssertionDraft("observation", subject, statement=text,
                                          change_kind="negation" if change == "end" else change,
-                                         previous_value=previous_value or None, features=extra))
+                                         previous_value=previous_value or None,
+                                         features={**extra, **statement_label_features(text, subject)}))
     if drafts:
         return drafts, None
     return [], reasons[0] if reasons else "no_entity"

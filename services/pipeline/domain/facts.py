@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from services.platform.text import fold, normalize_name
 
@@ -390,17 +390,39 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
         features = dict(extra)
         if r.kind == "plan":
             features["kind"] = "plan"
-        rest = r.features.get("predicate_text")
-        if r.kind in ("statement", "plan") and rest and r.subject:
-            features["label_rest"] = rest  # the label says it of the entity's current name …
-            if normalize_name(clean_surface(r.subject)) != normalize_name(anchor):
-                features["label_subject"] = clean_surface(r.subject)  # … or of the subject as written
+        features.update(_label_features(r, anchor))
         change = _CHANGE[r.change]
         drafts.append(AssertionDraft("observation", anchor, statement=text,
                                      change_kind="negation" if change == "negation" else _change_kind(text)
                                      if r.kind != "plan" else "none", features=features))
         break  # one observation per claim: its text is the statement
     return drafts, (None if drafts else reason)
+
+
+def _label_features(r: Any, anchor: str) -> dict[str, object]:
+    """What an observation's canonical label is made of, from a statement or plan reading:
+    the parse's predicate phrase, said of the entity's current name, or of the subject as
+    written when the parse's subject is not the anchor."""
+    rest = r.features.get("predicate_text")
+    if r.kind not in ("statement", "plan") or not rest or not r.subject:
+        return {}
+    features: dict[str, object] = {"label_rest": rest}
+    if normalize_name(clean_surface(r.subject)) != normalize_name(anchor):
+        features["label_subject"] = clean_surface(r.subject)
+    return features
+
+
+def statement_label_features(text: str, anchor: str) -> dict[str, object]:
+    """The label features of an observation or plan that another provider (a model) read from
+    ``text``: the same parse phrase the offline reading uses, so labels do not depend on which
+    provider read the claim."""
+    from services.pipeline.domain import reading
+
+    for r in reading.read(text):
+        features = _label_features(r, anchor)
+        if features:
+            return features
+    return {}
 
 
 def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, previous: str | None = None,
