@@ -133,7 +133,10 @@ class Upstreams:
     def __init__(self, addresses: Mapping[str, str], *, deadline_s: float) -> None:
         self.deadline_s = deadline_s
         self._channels = {
-            name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+            # round_robin: an address that resolves to several replicas (dns:/// of a headless
+            # Kubernetes Service) spreads calls over all of them, not one connection's pod
+            name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                           ("grpc.lb_policy_name", "round_robin")])
             for name, addr in addresses.items()
         }
 

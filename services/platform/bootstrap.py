@@ -16,6 +16,8 @@ from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.deployment import DeploymentServicer
+from services.platform.migrations import MigrationError
+from services.platform.migrations import pending as pending_migrations
 from services.platform.objectstore import ObjectStore, ObjectStoreError, build_object_store
 from services.platform.server import Closer, Servicer, StartupError
 from services.platform.settings import Settings
@@ -45,7 +47,7 @@ async def open_database(settings: Settings, name: str) -> Database:
             "`testament up` sets it for the services it starts"
         )
     try:
-        return await Database.connect(
+        db = await Database.connect(
             settings.database_url,
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
@@ -58,6 +60,19 @@ async def open_database(settings: Settings, name: str) -> Database:
             f"testament-{name}: cannot reach the database at "
             f"{redacted_dsn(settings.database_url)} (TESTAMENT_DATABASE_URL): {exc}"
         ) from None
+    try:
+        async with db.acquire() as conn:
+            missing = await pending_migrations(conn)
+    except MigrationError as exc:
+        await db.close()
+        raise StartupError(f"testament-{name}: {exc}") from None
+    if missing:
+        await db.close()
+        raise StartupError(
+            f"testament-{name}: the database at {redacted_dsn(settings.database_url)} lacks migration "
+            f"{', '.join(missing)}: run `testament migrate` (the compose file's `migrate` service, the "
+            "Kubernetes `testament-migrate` Job) before the services")
+    return db
 
 
 def model_bindings(settings: Settings) -> dict[str, str]:
@@ -103,11 +118,12 @@ async def open_object_store(settings: Settings, name: str) -> ObjectStore:
 async def open_platform(settings: Settings, name: str) -> Platform:
     db = await open_database(settings, name)
     credentials = PgCredentials(db)
-    if settings.host not in LOOPBACK_HOSTS and not await credentials.any_keys():
+    if settings.host not in LOOPBACK_HOSTS and not settings.allow_open_network and not await credentials.any_keys():
         await db.close()
         raise StartupError(
             f"testament-{name}: TESTAMENT_HOST={settings.host} is not a loopback address and no API key exists, "
-            "so the stack would be open to the network; create a key first (`testament keys create`)")
+            "so the stack would be open to the network; create a key first (`testament keys create`), or set "
+            "TESTAMENT_ALLOW_OPEN_NETWORK=true when only a private network reaches it")
     authenticator = Authenticator(credentials)
     deployment = Servicer(
         SERVICE_FULL_NAMES["deployment"],
