@@ -19,6 +19,7 @@ from services.platform.deployment import DeploymentServicer
 from services.platform.migrations import MigrationError
 from services.platform.migrations import pending as pending_migrations
 from services.platform.objectstore import ObjectStore, ObjectStoreError, build_object_store
+from services.platform.replica import ReplicaMisconfigured, RoutedReads, check_standby
 from services.platform.server import Closer, Servicer, StartupError
 from services.platform.settings import Settings
 
@@ -73,6 +74,34 @@ async def open_database(settings: Settings, name: str) -> Database:
             f"{', '.join(missing)}: run `testament migrate` (the compose file's `migrate` service, the "
             "Kubernetes `testament-migrate` Job) before the services")
     return db
+
+
+async def open_reads(settings: Settings, name: str, platform: Platform) -> Database | RoutedReads:
+    """Where this service's reads go: the primary, or (TESTAMENT_READ_DATABASE_URL) a standby
+    within TESTAMENT_REPLICA_MAX_LAG_S, checked to be a standby of the primary before use."""
+    url = settings.read_database_url
+    if not url:
+        return platform.db
+    if url == settings.database_url:
+        raise StartupError(f"testament-{name}: TESTAMENT_READ_DATABASE_URL is TESTAMENT_DATABASE_URL: it must "
+                           "name a streaming standby of the primary, not the primary itself")
+    try:
+        replica = await Database.connect(
+            url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
+            query_timeout_s=settings.db_query_timeout_s, connect_timeout_s=settings.db_connect_timeout_s,
+            application_name=f"testament-{name}-reads")
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise StartupError(f"testament-{name}: cannot reach the read replica at {redacted_dsn(url)} "
+                           f"(TESTAMENT_READ_DATABASE_URL): {exc}") from None
+    try:
+        await check_standby(platform.db, replica)
+    except ReplicaMisconfigured as exc:
+        await replica.close()
+        raise StartupError(f"testament-{name}: {exc} ({redacted_dsn(url)})") from None
+    reads = RoutedReads(platform.db, replica, max_lag_s=settings.replica_max_lag_s)
+    await reads.start()
+    platform.closers.append(reads.close)
+    return reads
 
 
 def model_bindings(settings: Settings) -> dict[str, str]:
