@@ -182,3 +182,31 @@ def test_the_settings_name_the_replica_and_its_bound() -> None:
     with pytest.raises(SystemExit):
         load_settings(read_database_url="mysql://x")
     assert load_settings(read_database_url="postgresql://r/db", replica_max_lag_s=2).replica_max_lag_s == 2
+
+
+async def test_the_query_space_runs_on_the_replica_and_a_later_belief_time_on_the_primary(servers) -> None:  # type: ignore[no-untyped-def]
+    from services.platform.auth import Caller, Scope
+    from services.platform.embeddings import HashEmbeddings
+    from services.queryspace.adapters import PgQuerySpace, PgSavedQueries
+    from services.queryspace.app import QuerySpace, Request
+    from services.queryspace.functions import Evaluator
+    from services.retrieval.adapters import SearchLegs
+
+    reads = await _pair(servers, max_lag_s=60.0)
+    try:
+        service = QuerySpace(PgQuerySpace(reads), PgSavedQueries(reads.primary),  # type: ignore[arg-type]
+                             Evaluator(SearchLegs(), HashEmbeddings(dimension=384)))
+        await service.start()
+        space = await reads.primary.fetchval("SELECT space_id FROM spaces WHERE is_default")
+        caller = Caller(space, Scope.READ, None, credential_id=None)
+        before = dict(reads.routed)
+        result = await service.run(caller, Request("SELECT count(*) AS n FROM facts_current", []))
+        assert result["termination_reason"] == "completed", result
+        assert reads.routed["replica"] > before["replica"] and reads.routed["primary"] == before["primary"]
+        later = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)).isoformat()
+        result = await service.run(caller, Request("SELECT count(*) AS n FROM facts_as_of($1, $2)", [later, later]))
+        assert result["termination_reason"] == "completed", result
+        assert reads.routed["primary"] > before["primary"]
+    finally:
+        await reads.close()
+        await reads.primary.close()
