@@ -1,7 +1,7 @@
 """The ``testament`` operator command.
 
     testament up [--data-dir DIR] [--gateway-port PORT] [--gateway-grpc-port PORT]   the whole stack
-    testament migrate                                       apply pending migrations
+    testament migrate [--check [--wait SECONDS]]            apply pending migrations (--check: only wait for them)
     testament serve SERVICE                                 one service process
     testament health HOST:PORT [--service NAME]             grpc.health.v1 check (exit 0 when SERVING)
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
@@ -53,9 +53,16 @@ def _require_dsn() -> str:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from services.platform.migrations import MigrationError, migrate
+    from services.platform.migrations import MigrationError, migrate, wait_current
 
     try:
+        if args.check:
+            missing = asyncio.run(wait_current(_require_dsn(), args.wait))
+            if missing:
+                print(f"testament migrate --check: not applied: {', '.join(missing)}", file=sys.stderr)
+                return 1
+            print(json.dumps({"pending": []}))
+            return 0
         report = asyncio.run(migrate(_require_dsn()))
     except MigrationError as exc:
         print(f"testament migrate: {exc}", file=sys.stderr)
@@ -351,7 +358,12 @@ def main(argv: list[str] | None = None) -> None:
                       help="the gateway's gRPC port, the one address of every RPC (default: a free port)")
     p_up.set_defaults(func=_cmd_up)
 
-    sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_cmd_migrate)
+    p_migrate = sub.add_parser("migrate", help="apply pending migrations")
+    p_migrate.add_argument("--check", action="store_true",
+                           help="apply nothing; exit 0 once the schema is current (an init container's wait)")
+    p_migrate.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                           help="with --check: keep looking this long (database unreachable counts as pending)")
+    p_migrate.set_defaults(func=_cmd_migrate)
 
     p_serve = sub.add_parser("serve", help="run one service process")
     p_serve.add_argument("service", choices=[*SERVICE_NAMES, "gateway"])

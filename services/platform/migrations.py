@@ -9,6 +9,7 @@ create schema themselves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
@@ -131,3 +132,22 @@ async def pending(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) ->
         raise MigrationError(f"the database has migration {unknown[0]:04d}_{applied[unknown[0]]} applied, which "
                              "this release does not ship (is an older release running against a newer schema?)")
     return [f"{v:04d}_{m.name}" for v, m in sorted(shipped.items()) if v not in applied]
+
+
+async def wait_current(dsn: str, wait_s: float, *, poll_s: float = 1.0) -> list[str]:
+    """Wait up to ``wait_s`` for the schema to be current (another process migrates it);
+    returns what is still missing ([] once current). An unreachable database is waited for."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=5)
+            try:
+                missing = await pending(conn)
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            missing = [f"(database not reachable: {exc})"]
+        if not missing or loop.time() >= deadline:
+            return missing
+        await asyncio.sleep(poll_s)

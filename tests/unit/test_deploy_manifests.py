@@ -62,6 +62,9 @@ def test_each_overlay_renders_and_validates_against_the_kubernetes_schemas(overl
         dep = deployments[f"testament-{name}"]
         (ctr,) = dep["spec"]["template"]["spec"]["containers"]
         assert ctr["args"] == ["serve", name]
+        (init,) = dep["spec"]["template"]["spec"]["initContainers"]
+        assert init["args"][:2] == ["migrate", "--check"]
+        cli_accepts(init["args"])
         assert "grpc" in ctr["livenessProbe"] and "grpc" in ctr["startupProbe"], name
         assert ("grpc" in ctr["readinessProbe"]) or ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
         assert ctr["resources"]["requests"] and ctr["resources"]["limits"]
