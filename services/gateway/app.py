@@ -120,8 +120,8 @@ def error_response(route: Route | None, error: grpc.aio.AioRpcError) -> Response
         telemetry.access_log("upstream_error", code=code.name, details=error.details(),
                              method=route.full_method if route else None)
         return detail(500, "Internal Server Error")
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return detail(503, "service unavailable")
+    if code == grpc.StatusCode.UNAVAILABLE:  # e.g. the service is restarting: worth asking again soon
+        return detail(503, "service unavailable", {"Retry-After": "1", **headers})
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return detail(504, "the request took too long")
     return detail(status, error.details() or code.name.lower(), headers)

@@ -2,8 +2,8 @@
 
 A client keeps ingesting documents and reading through the gateway while every process —
 ingest, pipeline, retrieval, graph, queryspace, then the gateway itself — is killed in
-turn. The launcher restarts each; meanwhile the gateway answers 503 for that service's
-routes (never a 500), and every document the gateway accepted (a 200 with a version id)
+turn. The launcher restarts each; meanwhile the gateway answers 503 with Retry-After for
+that service's routes (never a 500), and every document the gateway accepted (a 200 with a version id)
 is processed in the end: nothing accepted is lost.
 """
 
@@ -60,6 +60,8 @@ class Load(threading.Thread):
                     self.statuses[(route, reply.status_code)] += 1
                     if reply.status_code >= 500 and reply.status_code != 503:
                         self.bad.append(f"{route} {reply.status_code} {reply.text[:200]}")
+                    if reply.status_code == 503 and "retry-after" not in reply.headers:
+                        self.bad.append(f"{route} 503 without Retry-After")
                     if route == "ingest" and reply.status_code == 200:
                         self.accepted.append(reply.json()["version_id"])
                 time.sleep(0.05)
