@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import datetime as dt
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -150,11 +150,7 @@ class RoutedReads:
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
                 telemetry.access_log("replica.probe_failed", error=type(exc).__name__)
 
-    # --- the Database surface the read paths use ------------------------------------------
-    @property
-    def pool(self) -> asyncpg.Pool:
-        return self.target().pool
-
+    # --- the Database surface the read paths use (writes go to the primary) -------------
     def timeout(self) -> float:
         return self.primary.timeout()
 
@@ -181,15 +177,6 @@ class RoutedReads:
 
     async def execute(self, sql: str, *args: Any) -> str:
         return await self.primary.execute(sql, *args)
-
-    async def executemany(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
-        await self.primary.executemany(sql, args)
-
-    async def unit_of_work(self, body: Any, **kwargs: Any) -> Any:
-        return await self.primary.unit_of_work(body, **kwargs)
-
-    async def ping(self) -> None:
-        await self.primary.ping()
 
     async def close(self) -> None:
         if self._task is not None:
