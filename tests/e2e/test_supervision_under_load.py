@@ -20,10 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import psutil
 
 from services.platform.server import free_ports
-from tests.support import REPO
+from tests.support import REPO, pid_listening
 
 KILL_ORDER = ("ingest", "pipeline", "retrieval", "graph", "queryspace", "gateway")
 
@@ -89,14 +88,7 @@ def test_each_service_killed_in_turn_under_load_loses_nothing_accepted(tmp_path:
         ports = dict(re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line))
 
         def pid_on(port_number: int) -> int:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    if any(c.laddr.port == port_number and c.status == psutil.CONN_LISTEN
-                           for c in child.net_connections(kind="tcp")):
-                        return child.pid
-                except psutil.Error:
-                    continue
-            raise AssertionError(f"nothing listens on {port_number}")
+            return pid_listening(proc.pid, port_number)
 
         load.start()
         time.sleep(2)
