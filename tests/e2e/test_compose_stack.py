@@ -81,13 +81,10 @@ class ComposeStack:
         ports = {int(v) for s in services for k, v in self.doc["services"][s]["environment"].items()
                  if k.endswith("_PORT")}
         # every host:port of the compose network, and where it is on this machine
-        self.where = {"postgres:5432": f"{pg.host}:{pg.port}",
-                      "minio:9000": s3_url.removeprefix("http://"),
-                      **{f"{name}:{port}": None for name in services for port in ports}}
         self.port_map = dict(zip(sorted(ports), free_ports(len(ports)), strict=True))
-        for key in list(self.where):
-            if self.where[key] is None:
-                self.where[key] = f"127.0.0.1:{self.port_map[int(key.split(':')[1])]}"
+        self.where = {"postgres:5432": f"{pg.host}:{pg.port}", "minio:9000": s3_url.removeprefix("http://"),
+                      **{f"{name}:{port}": f"127.0.0.1:{local}" for name in services
+                         for port, local in self.port_map.items()}}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def relocate(self, value: str) -> str:

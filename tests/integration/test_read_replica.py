@@ -56,10 +56,6 @@ async def _pair(servers: tuple[EmbeddedPostgres, EmbeddedPostgres], max_lag_s: f
     return reads
 
 
-async def _space_count(db: Database | RoutedReads) -> int:
-    return int(await db.fetchval("SELECT count(*) FROM spaces"))
-
-
 async def _add_space(reads: RoutedReads, slug: str) -> None:
     await reads.primary.execute("INSERT INTO spaces (slug, name) VALUES ($1, $1)", slug)
 
