@@ -15,6 +15,8 @@ import time
 
 from bench._common import Row
 from bench._extraction import (
+    CORPUS,
+    HELDOUT,
     Extractor,
     Memory,
     Score,
@@ -28,9 +30,9 @@ from bench._extraction import (
 from services.pipeline.domain import nlp
 
 
-async def _quality(extractor: Extractor) -> Score:
+async def _quality(extractor: Extractor, path=CORPUS) -> Score:
     total = Score()
-    for scenario in load_corpus():
+    for scenario in load_corpus(path):
         total.add(score(scenario, await run_scenario(extractor, scenario)))
     return total
 
@@ -57,8 +59,10 @@ async def run() -> list[Row]:
     rows: list[Row] = []
     scores = {}
     speeds = {}
+    heldout = {}
     for extractor in (regex_extractor(), parse_extractor()):
         scores[extractor.name] = await _quality(extractor)
+        heldout[extractor.name] = await _quality(extractor, HELDOUT)
         speeds[extractor.name] = await _throughput(extractor)
     corpus = load_corpus()
     for name in ("regex", "parse"):
@@ -72,4 +76,11 @@ async def run() -> list[Row]:
             f"fact P={s.precision:.2f} R={s.recall:.2f} F1={s.f1:.2f}; windows exact={s.windows:.2f}; "
             f"clean labels={s.clean:.2f}; {mb_min:.2f} MB per CPU-minute ({passes} passes)",
             None if name == "regex" else rows[0].p50_ms))
+    for name in ("regex", "parse"):
+        s = heldout[name]
+        rows.append(Row(
+            "extraction", f"{name}{' (baseline)' if name == 'regex' else ''}: held-out batch, "
+            f"{len(load_corpus(HELDOUT))} scenarios", s.expected, 0.0, 0.0,
+            f"fact P={s.precision:.2f} R={s.recall:.2f} F1={s.f1:.2f}; windows exact={s.windows:.2f}; "
+            f"clean labels={s.clean:.2f}", None))
     return rows

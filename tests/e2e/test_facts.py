@@ -248,3 +248,36 @@ def test_references_between_documents_become_crossrefs_in_either_order(pg, tmp_p
         rows = stack.sql("SELECT from_doc_id, to_doc_id, kind FROM document_crossrefs")
         assert {(str(r["from_doc_id"]), str(r["to_doc_id"]), r["kind"]) for r in rows} == {
             (note.doc_id, plan.doc_id, "cites"), (memo.doc_id, plan.doc_id, "links_to")}
+
+
+def test_labels_follow_the_entitys_current_name_and_are_embedded_again(pg, tmp_path: Path) -> None:
+    with fresh_stack(pg, tmp_path) as stack:
+        ingest(stack, "first", "# Notes\n\nRavi works on the billing migration.\nRavi finished the export API.\n",
+               "2026-03-01T10:00:00Z")
+        assert {"Ravi works on billing migration", "Ravi finished export API"} <= set(facts(stack))
+        ingest(stack, "second", "# Team\n\nRavi Shankar leads the search team.\n", "2026-03-02T10:00:00Z")
+        labels = set(facts(stack))
+        # written when only "Ravi" was known; rendered from the canonical name now
+        assert {"Ravi Shankar works on billing migration", "Ravi Shankar finished export API",
+                "Ravi Shankar leads search team"} <= labels
+        assert not any(label.startswith("Ravi ") and not label.startswith("Ravi Shankar") for label in labels)
+        assert stack.sql("SELECT count(*) AS n FROM facts WHERE embedding IS NULL")[0]["n"] == 0
+
+
+def test_bad_input_ends_ready_with_a_named_outcome_per_statement(pg, tmp_path: Path) -> None:
+    run_on = ("alpha beta gamma delta owns the exporter and Ravi moved the cluster to Dublin " * 400)[:20_000]
+    text = (f"# Bad input\n\n{run_on}\n\n| Service | Owner |\n|---|---|\n| Ledger | Carmen Ruiz |\n\n"
+            "```\nRavi owns the exporter\n```\n\nRavi 拥有 the exporter 🚀 and Zoë runs Ünïcode ops ✨.\n\n"
+            "Who owns the exporter? Is Dublin the host? Why?\n")
+    with fresh_stack(pg, tmp_path) as stack:
+        version = uuid.UUID(ingest(stack, "bad", text, "2026-03-01T10:00:00Z").version_id)
+        decisions = stack.sql("SELECT reason, char_start FROM extraction_decisions WHERE version_id = $1", version)
+        claims = stack.sql("""SELECT c.char_start, o.assertions, o.reason FROM claims c
+                                JOIN normalization_outcomes o ON o.claim_id = c.claim_id
+                               WHERE o.version_id = $1""", version)
+        assert all(c["assertions"] > 0 or c["reason"] for c in claims)
+        reasons = {d["reason"] for d in decisions}
+        assert {"not_prose", "question"} <= reasons
+        questions = text.index("Who owns")
+        assert sum(1 for d in decisions if d["reason"] == "question" and d["char_start"] >= questions) == 3
+        assert any(c["char_start"] < len(run_on) + 20 for c in claims)  # the run-on line was read, in pieces

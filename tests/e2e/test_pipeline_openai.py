@@ -27,7 +27,8 @@ def claims_reply() -> dict:
 def relations_reply() -> dict:
     return {"results": [{"claim_id": "c1", "assertions": [{
         "kind": "relation", "subject": "Ravi", "predicate": "other:owns", "object": "invoice exporter",
-        "change_kind": "none", "previous_object": None, "previous_value": None}]}]}
+        "change_kind": "none", "previous_object": None, "previous_value": None, "previous_holder": None,
+        "attribute": None, "value": None, "value_is_state": False, "mood": "fact", "hedged": False}]}]}
 
 
 @pytest.fixture()
@@ -74,7 +75,8 @@ def test_an_extractor_upgrade_that_loses_a_claim_withdraws_the_fact(pg, tmp_path
         relations_reply()["results"][0],
         {"claim_id": "c2", "assertions": [{"kind": "relation", "subject": "Dana", "predicate": "other:leads",
                                            "object": "finance", "change_kind": "none", "previous_object": None,
-                                           "previous_value": None}]}]}
+                                           "previous_value": None, "previous_holder": None, "attribute": None,
+                                           "value": None, "value_is_state": False, "mood": "fact", "hedged": False}]}]}
     dsn = clone_database(pg)
     with FakeOpenAI() as fake:
         env = {"TESTAMENT_DATA_DIR": str(tmp_path), "TESTAMENT_WORKER_POLL_S": "0.5",

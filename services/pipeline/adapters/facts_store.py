@@ -28,6 +28,7 @@ from services.pipeline.domain.facts import (
     attribute_key,
     normalize_claim,
     normalize_name,
+    relation_label,
     valid_predicate,
 )
 
@@ -235,8 +236,40 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         # description matched by profile (T3) is an alias, never the name.
         await conn.execute("UPDATE entities SET canonical_name = $2, normalized_name = $3, updated_at = "
                            "clock_timestamp() WHERE entity_id = $1", entity_id, surface, key)
+        await relabel(conn, space_id, entity_id)
     cache[key] = (entity_id, verdict)
     return entity_id, verdict
+
+
+async def relabel(conn: asyncpg.Connection, space_id: uuid.UUID, entity_id: uuid.UUID) -> None:
+    """An entity's new canonical name renames its facts' labels: a label is rendered from the
+    entities' current names, not the spelling a fact was written with ("Ravi works on X"
+    becomes "Ravi Shankar works on X"). A relation is rendered again; an observation whose
+    label starts with one of the entity's aliases gets the new name there. A relabelled fact's
+    vector is cleared: the version's label stage embeds and indexes it again (facts_of_version).
+    Facts after entities, in key order (services/platform/locks.py), under the space lock."""
+    rows = await conn.fetch(
+        """SELECT f.fact_id, f.kind, f.predicate, f.label, f.subject_entity_id,
+                  se.canonical_name AS subject_name, oe.canonical_name AS object_name
+             FROM facts f JOIN entities se ON se.entity_id = f.subject_entity_id
+             LEFT JOIN entities oe ON oe.entity_id = f.object_entity_id
+            WHERE f.space_id = $1 AND (f.subject_entity_id = $2 OR f.object_entity_id = $2)
+            ORDER BY f.fact_id FOR NO KEY UPDATE OF f""", space_id, entity_id)
+    aliases = sorted((r["alias_text"] for r in await conn.fetch(
+        "SELECT alias_text FROM entity_aliases WHERE entity_id = $1", entity_id)), key=len, reverse=True)
+    changed = []
+    for r in rows:
+        label = r["label"]
+        if r["kind"] == "relation" and r["object_name"] is not None:
+            label = relation_label(r["subject_name"], r["predicate"], r["object_name"])
+        elif r["subject_entity_id"] == entity_id and ": " not in label:  # an attribute value names no one
+            old = next((a for a in aliases if label.startswith(a + " ")), None)
+            label = r["subject_name"] + label[len(old):] if old is not None else label
+        if label != r["label"]:
+            changed.append((r["fact_id"], label))
+    await conn.executemany(
+        """UPDATE facts SET label = $2, embedding = NULL, embedding_dim = NULL, embedding_model = NULL
+            WHERE fact_id = $1""", changed)
 
 
 async def _all_codes(conn: asyncpg.Connection, key: str) -> list[str]:
@@ -352,9 +385,9 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             await conn.execute(
                 """UPDATE facts SET valid_from = $2, valid_until = $3, valid_precision = $4,
                                     statement = CASE WHEN kind = 'observation' THEN $5 ELSE statement END,
-                                    label = CASE WHEN kind = 'observation' THEN $5 ELSE label END
+                                    label = CASE WHEN kind = 'observation' THEN $6 ELSE label END
                     WHERE fact_id = $1""", fact_id, w.valid_from, w.valid_until, w.precision,
-                incoming.statement or label)
+                incoming.statement or label, label)
         stance = "contradicts" if verdict.outcome == "contradict_evidence" else "supports"
         await _evidence(conn, space_id, fact_id, claim_id, doc_id, stance)
         await _decision(conn, space_id, fact_id, subject_kind,
@@ -500,12 +533,18 @@ async def supersede_living_testimony(conn: asyncpg.Connection, space_id: uuid.UU
 async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Record]:
     return await conn.fetch(
         """SELECT DISTINCT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM assertions a JOIN facts f ON f.fact_id = a.fact_id WHERE a.version_id = $1""", version_id)
+             FROM assertions a JOIN facts f ON f.fact_id = a.fact_id WHERE a.version_id = $1
+           UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
+           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
+            WHERE m.version_id = $1 AND f.embedding IS NULL
+           UNION
+           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
+            WHERE m.version_id = $1 AND f.embedding IS NULL""", version_id)
 
 
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:
-    ids = [f["fact_id"] for f in facts]
-    await conn.execute("DELETE FROM bm25_postings WHERE target_kind = 'fact' AND target_id = ANY($1::uuid[])", ids)
     await index_text(conn, space_id, "fact", [(f["fact_id"], None, f["label"]) for f in facts])
 
 
@@ -531,8 +570,6 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
                                    updated_at = clock_timestamp() WHERE entity_id = $1""",
             entity_id, text, np.asarray(vector, dtype=np.float32) if vector else None,
             len(vector) if vector else None, model if vector else None)
-    await conn.execute("DELETE FROM bm25_postings WHERE target_kind = 'entity' AND target_id = ANY($1::uuid[])",
-                       list(profiles))
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in profiles.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
     await merges.propose_neighbours(conn, space_id, list(profiles))

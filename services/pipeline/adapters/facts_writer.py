@@ -20,6 +20,7 @@ from services.pipeline.domain.facts import (
     attribute_key,
     claim_window,
     normalize_name,
+    observation_label,
     relation_label,
 )
 from services.platform.db import Database
@@ -147,7 +148,7 @@ class FactsWriter:
                     if r["kind"] == "relation" else [])
             verdict = decide(incoming, candidates, floor=floor, pending_ends=ends)
             label = (relation_label(r["subject_name"], r["predicate"], r["object_name"]) if r["kind"] == "relation"
-                     else r["statement"])
+                     else observation_label(r["subject_name"], r["statement"] or "", features))
             await fs.apply(conn, space_id=source.space_id, incoming=incoming, verdict=verdict,
                            assertion_id=r["assertion_id"], claim_id=r["claim_id"], doc_id=r["doc_id"], label=label)
 

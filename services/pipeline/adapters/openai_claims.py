@@ -45,7 +45,7 @@ __all__ = ["CLAIMS_SCHEMA", "PROMPT_VERSION", "SYSTEM_PROMPT", "ChatCall", "Open
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION: Final = 1
+PROMPT_VERSION: Final = 2
 TEMPORAL_CLASSES: Final = ("static", "dynamic", "atemporal")
 _DETAIL_CHARS: Final = 200
 
@@ -109,7 +109,8 @@ outcome: kept (it becomes a claim), kept flagged (a claim with "flags"), or drop
 - intro / conclusion: a section introduction / a wrap-up;
 - no_info: says nothing is known ("we don't know yet");
 - ambiguous: the source leaves its meaning open;
-- references_boilerplate: reference lists, metadata lines and boilerplate.
+- references_boilerplate: reference lists, metadata lines and boilerplate;
+- not_prose: code and table rows, which are not statements.
 Keep specific, checkable statements about events, states, decisions, quantities, policies and \
 relationships, including quantities, dates and changes of state phrased as opinions. When unsure, \
 keep the statement with a flag rather than drop it. Flags: hedged (probably, maybe, likely, ...), \

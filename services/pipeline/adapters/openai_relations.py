@@ -44,8 +44,11 @@ from services.pipeline.domain.facts import (
     WORK_PACK,
     AssertionDraft,
     ClaimView,
+    attribute_anchor,
+    attribute_drafts,
     clean_surface,
     is_entity_name,
+    relation_drafts,
     valid_predicate,
 )
 from services.platform.text import fold, normalize_name
@@ -55,9 +58,10 @@ __all__ = ["CHANGE_KINDS", "PROMPT_VERSION", "SYSTEM_PROMPT", "OpenAIRelationPro
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION: Final = 1
-CHANGE_KINDS: Final = ("none", "succession", "correction", "negation")
+PROMPT_VERSION: Final = 2
+CHANGE_KINDS: Final = ("none", "succession", "end", "correction", "negation")
 KINDS: Final = ("relation", "observation")
+MOODS: Final = ("fact", "plan")
 MAX_ALIASES: Final = 200  # known names shown per batch (those the batch's claims mention)
 _NAME_CHARS: Final = 200
 _VALUE_CHARS: Final = 200
@@ -79,6 +83,12 @@ _ASSERTION: Final = _object({
     "change_kind": {"type": "string", "enum": list(CHANGE_KINDS)},
     "previous_object": _NULLABLE_STR,
     "previous_value": _NULLABLE_STR,
+    "previous_holder": _NULLABLE_STR,
+    "attribute": _NULLABLE_STR,
+    "value": _NULLABLE_STR,
+    "value_is_state": {"type": "boolean"},
+    "mood": {"type": "string", "enum": list(MOODS)},
+    "hedged": {"type": "boolean"},
 })
 
 
@@ -119,13 +129,24 @@ project", "the meeting", "it", "they" name nothing on their own. "the billing mi
 - An attributed claim ("Dana believes ...", "Ravi said that ...") becomes exactly ONE \
 observation on the holder (the person or body who holds the view), never a fact about what \
 they talked about.
-- A claim that names no entity gets no assertions. Any other claim gets at least one.
+- A claim that names no entity gets no assertions.
 - "change_kind": "succession" when the claim states a change of state ("moved to", "joined", \
-"now leads", "took over", "was postponed to"), "correction" when it corrects an earlier value \
-("actually 9 June, not 8 June"), "negation" when it denies ("is not", "never"), else "none".
+"now leads", "took over", "was postponed to"), "end" when a state stops ("left", "stepped down \
+as", "no longer works on"; the relation is the one that ends), "correction" when it corrects an \
+earlier value ("actually 9 June, not 8 June"), "negation" when it denies ("is not", "never"), \
+else "none".
 - "previous_object": for a succession "from X to Y", the entity X it moved away from (Y is \
 the object); else null. "previous_value": the old value a correction or change replaces \
-("from 8 June to 9 June" -> "8 June"), as written in the claim; else null.
+("from 8 June to 9 June" -> "8 June"), as written in the claim; else null. \
+"previous_holder": who held the object before ("took over X from A", "replaced A as owner of \
+X" -> "A"); else null.
+- A named value of one thing is an observation with "attribute" (the thing's named property, \
+e.g. "Q3 marketing budget", "mobile app launch") and "value" as written ("90,000 EUR", "9 June \
+2026"); "value_is_state" true for a state that holds until changed (a budget, a price, a \
+status), false for a date or a figure measured over a period. Else both null and false.
+- "mood": "plan" for an intention or a change not made yet ("will take over", "plans to"), \
+else "fact". "hedged": true when the claim hedges ("probably", "seems to"). Questions, \
+hypotheticals, conditionals and opinions get no assertions at all.
 - When the claim mentions one of the known entity names, use that entity, written as in the claim.
 
 Vocabulary:
@@ -305,13 +326,35 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
         previous_value = (entry["previous_value"] or "").strip()[:_VALUE_CHARS]
         if previous_value and fold(previous_value) not in fold(text):
             previous_value = ""  # a value the claim does not state is not a previous value
-        drafts.append(AssertionDraft(
-            kind, subject, predicate=predicate, object=obj,
-            statement=text if kind == "observation" else None,
-            change_kind=entry["change_kind"],
-            previous_object=previous_object or None,
-            previous_value=previous_value or None,
-        ))
+        holder = _name(entry["previous_holder"]) if kind == "relation" else ""
+        if holder and not (is_entity_name(holder) and _in_text(holder, folded)):
+            holder = ""
+        extra: dict[str, object] = {"hedged": True} if entry["hedged"] else {}
+        change = entry["change_kind"]
+        if entry["mood"] == "plan":  # an intention is an observation of kind plan, never state
+            drafts.append(AssertionDraft("observation", subject, statement=text, features={**extra, "kind": "plan"}))
+            continue
+        attribute = _name(entry["attribute"]) if kind == "observation" else ""
+        value = (entry["value"] or "").strip()[:_VALUE_CHARS] if attribute else ""
+        if kind == "relation":
+            assert obj is not None and predicate is not None
+            drafts.extend(relation_drafts(subject, predicate, obj, change, previous=previous_object or None,
+                                          previous_holder=holder or None, extra=extra))
+        elif value and fold(value) in fold(text):
+            # the same canonical observation the parse reads ("Q3 marketing budget: 90,000 EUR"),
+            # on the entity the attribute belongs to
+            subject = attribute_anchor(attribute, frozenset()) or subject
+            mapped = "negation" if change == "end" else change
+            if entry["value_is_state"]:  # a changed state: the old value held until then
+                drafts.extend(attribute_drafts(subject, attribute, value, mapped, previous=previous_value or None,
+                                               state=True, extra=extra))
+            else:  # a moved date corrects the old one
+                drafts.extend(attribute_drafts(subject, attribute, value, "correction" if previous_value else mapped,
+                                               previous_value=previous_value or None, extra=extra))
+        else:
+            drafts.append(AssertionDraft("observation", subject, statement=text,
+                                         change_kind="negation" if change == "end" else change,
+                                         previous_value=previous_value or None, features=extra))
     if drafts:
         return drafts, None
     return [], reasons[0] if reasons else "no_entity"

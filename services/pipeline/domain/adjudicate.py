@@ -240,6 +240,9 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
         if start is None and c.window.valid_from is None and c.said_at is not None and a.said_at is not None \
                 and c.said_at > a.said_at:
             continue  # two undated holders: the one said earlier never ends the one said later
+        if start is None and c.window.valid_from is None and a.change_kind == "none" and c.change_kind == "none" \
+                and c.said_at is not None and c.said_at == a.said_at:
+            continue  # said together ("deployed in Frankfurt and Dublin"): both hold, neither follows
         if (successor_of_subject or new_holder) and _closes(c, start):
             closing.append((c.fact_id, start))
     # A "moved from X to Y" also closes X's relation of another predicate family.

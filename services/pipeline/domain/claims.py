@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
-from services.pipeline.domain import timeparse
+from services.pipeline.domain import structure, timeparse
 
 __all__ = [
     "CLAIMIFY_OMIT_REASONS",
@@ -48,7 +48,7 @@ DECISION_KINDS: tuple[str, ...] = (
 )
 SELECTION_DROP_REASONS: tuple[str, ...] = (
     "opinion", "advice", "hypothetical", "generic", "question", "intro", "conclusion", "no_info", "ambiguous",
-    "references_boilerplate",
+    "references_boilerplate", "not_prose",
 )
 KEEP_FLAG_REASONS: tuple[str, ...] = ("hedged", "unresolved_date")
 DECONTEXT_REASONS: tuple[str, ...] = (
@@ -267,7 +267,7 @@ according
 
 _META_BOILERPLATE_KEYS = frozenset("""
 participants attendees present date time location duration tags author authors facilitator chair cc to from subject
-title url link source venue where when recorded timezone scribe notetaker
+title url link source venue where when recorded timezone scribe notetaker members
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
 _DATE_KEYS = frozenset({"date", "when"})
@@ -287,12 +287,8 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
 _NAME_WORD = r"[A-Z][a-z]+(?:[-'’][A-Z][a-z]+)*"
 _NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.(?!\w)|{_NAME_WORD}))*"
 _NAME_RE = re.compile(rf"(?<![\w'’]){_NAME}")
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_TURN_RE = re.compile(r"^\[(?P<tid>[^|\]\n]+?)\s*\|\s*(?P<ts>[^\]\n]+?)\s*\]\s*(?P<speaker>[^:\n\]]{1,80}?)\s*:\s+")
 _BOLD_SPEAKER_RE = re.compile(r"^\*\*(?P<speaker>[A-Z][^*:\n]{0,60}?)(?::\*\*|\*\*:)\s+")
 _PLAIN_LABEL_RE = re.compile(r"^(?P<speaker>[A-Z][A-Za-z'’-]*(?:\s+(?:[A-Za-z][A-Za-z'’-]*|[A-Z]\.)){0,3}):\s+(?=\S)")
-_LIST_RE = re.compile(r"^(\s*)(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
-_QUOTE_RE = re.compile(r"^\s*>\s?")
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
@@ -475,6 +471,7 @@ class _Model:
     first_heading: tuple[str, tuple[int, int]] | None
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
+    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
 
 
 @dataclass
@@ -490,16 +487,6 @@ class _UnitBuilder:
     def freeze(self) -> _Unit:
         return _Unit(self.start, self.end, self.kind, self.speaker, self.speaker_span, self.turn_anchor,
                      self.turn_anchor_span)
-
-
-def _parse_timestamp(text: str) -> date | None:
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return timeparse.find_anchor_date(text)
-    if moment.tzinfo is None:
-        return moment.date()
-    return moment.astimezone(UTC).date()
 
 
 def _split_names(value: str) -> tuple[str, ...]:
@@ -521,8 +508,7 @@ def _parse_document(document: str) -> _Model:
     first_heading: tuple[str, tuple[int, int]] | None = None
     speakers: set[str] = set()
     current: _UnitBuilder | None = None
-    in_fence = False
-    position = 0
+    not_prose: list[tuple[int, int, str]] = []
 
     def close() -> None:
         nonlocal current
@@ -530,90 +516,79 @@ def _parse_document(document: str) -> _Model:
             units.append(current.freeze())
         current = None
 
-    for raw in document.splitlines(keepends=True):
-        line_start = position
-        position += len(raw)
-        line = raw.rstrip("\r\n")
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        content_end = line_start + len(line.rstrip())
-        if stripped.startswith(("```", "~~~")):
-            close()
-            in_fence = not in_fence
+    # One structure parse: the blocks the chunker cuts are the units claims are read from, so
+    # headings, list items, turn headers and turn times mean the same to chunks and claims.
+    for block in structure.parse_blocks(document):
+        close()
+        if block.kind in ("code", "table_row"):
+            not_prose.append((block.char_start, block.char_end, block.kind))
             continue
-        if in_fence:
-            continue
-        if not stripped:
-            close()
-            continue
-        heading = _HEADING_RE.match(line)
-        if heading:
-            close()
-            text_start = line_start + heading.start(2)
-            span = (text_start, line_start + heading.end(2))
-            if first_heading is None and heading.group(2):
-                first_heading = (heading.group(2), span)
-            day = timeparse.find_anchor_date(heading.group(2))
+        if block.kind == "heading":
+            span = structure.heading_span(block)
+            title = document[span[0]:span[1]]
+            if first_heading is None and title:
+                first_heading = (title, span)
+            day = timeparse.find_anchor_date(title)
             if day is not None:
-                anchors.append((line_start, day, span))
+                anchors.append((block.char_start, day, span))
             continue
-        if stripped.startswith(("|", "<!--", "<")) or _RULE_RE.match(line):
-            close()
+        if block.kind == "speaker_turn":
+            assert block.speaker is not None
+            speaker_span, time_span, text_start = structure.turn_spans(block)
+            speakers.add(block.speaker)
+            turn_day = block.turn_time.astimezone(UTC).date() if block.turn_time is not None else None
+            current = _UnitBuilder(text_start, block.char_end, "turn", block.speaker, speaker_span, turn_day,
+                                   time_span if turn_day is not None else None)
             continue
-        turn = _TURN_RE.match(line)
-        if turn:
-            close()
-            speaker = turn.group("speaker").strip()
-            speakers.add(speaker)
-            ts_span = (line_start + turn.start("ts"), line_start + turn.end("ts"))
-            current = _UnitBuilder(line_start + turn.end(), content_end, "turn", speaker,
-                                   (line_start + turn.start("speaker"), line_start + turn.end("speaker")),
-                                   _parse_timestamp(turn.group("ts")), ts_span)
+        if block.kind in ("list_item", "quote"):
+            current = _UnitBuilder(structure.content_start(block), block.char_end,
+                                   "list" if block.kind == "list_item" else "quote")
             continue
-        label = _BOLD_SPEAKER_RE.match(line) or _PLAIN_LABEL_RE.match(line)
-        if label:
-            key = label.group("speaker").strip()
-            lowered = key.lower()
-            value_start = line_start + label.end()
-            if lowered in _META_BOILERPLATE_KEYS:
+        # a paragraph: its lines may be meta lines ("Attendees: …", "Date: …"), labels
+        # ("Summary: …") or speaker labels ("Dana: …", "**Dana:** …"), each starting a unit
+        position = block.char_start
+        for raw in block.text.splitlines(keepends=True):
+            line_start = position
+            position += len(raw)
+            line = raw.rstrip("\r\n")
+            stripped = line.strip()
+            indent = len(line) - len(line.lstrip())
+            content_end = line_start + len(line.rstrip())
+            if stripped.startswith(("<!--", "<")) or _RULE_RE.match(line):
                 close()
-                meta_spans.append((line_start + indent, content_end))
-                value = document[value_start:content_end]
-                if lowered in _PARTICIPANT_KEYS and not participants:
-                    participants = _split_names(value)
-                    participants_span = (value_start, content_end)
-                if lowered in _DATE_KEYS:
-                    day = timeparse.find_anchor_date(value)
-                    if day is not None:
-                        anchors.append((line_start, day, (value_start, content_end)))
                 continue
-            if lowered in _LABEL_KEYS:
-                close()
-                current = _UnitBuilder(value_start, content_end, "paragraph")
-                continue
-            if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
-                close()
-                speakers.add(key)
-                current = _UnitBuilder(value_start, content_end, "speaker", key,
-                                       (line_start + label.start("speaker"), line_start + label.end("speaker")))
-                continue
-        item = _LIST_RE.match(line)
-        if item:
-            close()
-            current = _UnitBuilder(line_start + item.end(), content_end, "list")
-            continue
-        quote = _QUOTE_RE.match(line)
-        if quote:
-            if current is not None and current.kind == "quote":
+            label = _BOLD_SPEAKER_RE.match(line.lstrip()) or _PLAIN_LABEL_RE.match(line.lstrip())
+            if label:
+                key = label.group("speaker").strip()
+                lowered = key.lower()
+                value_start = line_start + indent + label.end()
+                if lowered in _META_BOILERPLATE_KEYS:
+                    close()
+                    meta_spans.append((line_start + indent, content_end))
+                    value = document[value_start:content_end]
+                    if lowered in _PARTICIPANT_KEYS and not participants:
+                        participants = _split_names(value)
+                        participants_span = (value_start, content_end)
+                    if lowered in _DATE_KEYS:
+                        day = timeparse.find_anchor_date(value)
+                        if day is not None:
+                            anchors.append((line_start, day, (value_start, content_end)))
+                    continue
+                if lowered in _LABEL_KEYS:
+                    close()
+                    current = _UnitBuilder(value_start, content_end, "paragraph")
+                    continue
+                if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
+                    close()
+                    speakers.add(key)
+                    current = _UnitBuilder(value_start, content_end, "speaker", key,
+                                           (line_start + indent + label.start("speaker"),
+                                            line_start + indent + label.end("speaker")))
+                    continue
+            if current is not None:
                 current.end = content_end
             else:
-                close()
-                current = _UnitBuilder(line_start + quote.end(), content_end, "quote")
-            continue
-        if current is not None:
-            current.end = content_end
-        else:
-            current = _UnitBuilder(line_start + indent, content_end, "paragraph")
+                current = _UnitBuilder(line_start + indent, content_end, "paragraph")
     close()
 
     sentences: list[_Sentence] = []
@@ -637,7 +612,7 @@ def _parse_document(document: str) -> _Model:
                     known.add(subject)
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
-                  first_heading, frozenset(known | known_words), frozenset(noninitial))
+                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose))
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -692,7 +667,9 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
     while word_start > sentence_start and not document[word_start - 1].isspace():
         word_start -= 1
     word = document[word_start:index + 1].lstrip("(\"'“‘*_")
-    if word.lower() in _ABBREVIATIONS:
+    previous_word = document[sentence_start:word_start].split()[-1:] if word_start > sentence_start else []
+    if word.lower() in _ABBREVIATIONS and not (previous_word and previous_word[0][-1:].isdigit()):
+        # (after a number it is a unit, "180 ms.", and the period closes the sentence)
         # "… works for Acme Corp.⏎He is …": notes are written a line a sentence, so an
         # abbreviation at a line's end closes the sentence (a title before a name does not)
         k = index + 1
@@ -880,6 +857,9 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
         if passage_start <= start and end <= passage_end:
             ctx.decide("selection_drop", "references_boilerplate", start, end,
                        _normalise_space(item.document[start:end]))
+    for start, end, kind in model.not_prose:
+        if passage_start <= start and end <= passage_end:
+            ctx.decide("selection_drop", "not_prose", start, end, kind)
     for sentence in model.sentences:
         if sentence.end <= passage_start or sentence.start >= passage_end:
             continue
@@ -892,6 +872,18 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
 
 
 _MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
+
+
+def _subordinate_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the relative clauses and appositions in ``text``, from its English parse."""
+    from services.pipeline.domain import nlp
+
+    spans = []
+    for token in nlp.parse(text):
+        if token.dep_ in ("relcl", "appos", "acl"):
+            subtree = list(token.subtree)
+            spans.append((subtree[0].idx, subtree[-1].idx + len(subtree[-1].text)))
+    return spans
 
 
 def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
@@ -1156,7 +1148,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     if resolved:
         # a deictic phrase needs the anchor most; then a phrase with its own preposition or range ("by
         # October", "from June to October") over a bare modifier ("the Q3 budget").
-        chosen = max(resolved, key=lambda e: (e.deictic, e.start < e.edit_start, -e.start))
+        # A date inside a relative clause ("Hugo, who joined in April, took over … on 25 May") is that
+        # clause's time, not the statement's, when the main clause has its own.
+        inside = _subordinate_spans(document[part.start:part.end]) if len(resolved) > 1 else []
+        chosen = max(resolved, key=lambda e: (not any(a <= e.start < b for a, b in inside), e.deictic,
+                                              e.start < e.edit_start, -e.start))
     for expression in expressions:
         if expression is chosen:
             continue
@@ -1483,13 +1479,24 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     """
     passage = ctx.item.passage
     names: dict[str, tuple[str, tuple[int, int]]] = {}
+    last: list[tuple[int, int, str]] = []
+    last_sentence: _Sentence | None = None
     for other in ctx.model.sentences:
         if other.start >= position:
             break
         if other.start < passage.char_start or other.end > passage.char_end:
             continue
-        for start, end, name in _person_mentions(ctx.model, other.start, min(other.end, position), other.start):
+        mentions = _person_mentions(ctx.model, other.start, min(other.end, position), other.start)
+        if other.end <= position:
+            last, last_sentence = mentions, other
+        for start, end, name in mentions:
             names[name.split()[0]] = (name, (start, end))
+    if len(names) > 1 and last_sentence is not None:
+        # several names ("Yuki Mori joined Brightwave …. She …"): a subject pronoun continues the
+        # previous sentence's grammatical subject when that subject is one of them
+        subject = _parsed_subject(ctx.model.text, last_sentence.start, last_sentence.end)
+        chosen = [m for m in last if subject is not None and m[0] <= subject < m[1]]
+        names = {chosen[0][2].split()[0]: (chosen[0][2], (chosen[0][0], chosen[0][1]))} if chosen else names
     if len(names) != 1:
         return None
     speaker = sentence.unit.speaker
@@ -1501,6 +1508,19 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
         if others - set(names):
             return None
     return next(iter(names.values()))
+
+
+def _parsed_subject(document: str, start: int, end: int) -> int | None:
+    """Offset of the main clause's subject in ``document[start:end]``, from the English parse."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[start:end])
+    for sentence in doc.sents:
+        subject = next((t for t in sentence.root.children if t.dep_ in ("nsubj", "nsubjpass")), None)
+        if subject is not None and subject.pos_ == "PROPN":
+            return start + subject.idx
+        return None
+    return None
 
 
 def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -> list[tuple[str, tuple[int, int]]]:

@@ -277,9 +277,10 @@ class ParseRelationProvider:
 
         nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
         aliases = set(known_aliases)
+        definitions: dict[str, str] = {}
         out = []
         for claim in claims:
-            drafts, reason = read_claim(claim, frozenset(aliases))
+            drafts, reason = read_claim(claim, frozenset(aliases), definitions)
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
@@ -294,13 +295,25 @@ _CHANGE = {"none": "none", "succession": "succession", "correction": "correction
            "end": "negation"}
 
 
-def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) -> tuple[list[AssertionDraft],
-                                                                                       str | None]:
-    """A claim's assertions from its parse, or ([], reason)."""
+def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
+               definitions: dict[str, str] | None = None) -> tuple[list[AssertionDraft], str | None]:
+    """A claim's assertions from its parse, or ([], reason). ``definitions`` carries what
+    earlier claims of the batch defined ("Kestrel is the team …" → "team": "Kestrel") and is
+    updated with this claim's definitions."""
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
     readings = reading.read(text)
+    definitions = {} if definitions is None else definitions
+
+    def refer(surface: str) -> str:
+        resolved = _bare_reference(surface, known_aliases)
+        return definitions.get(normalize_name(resolved), resolved) if resolved == surface else resolved
+
+    for r in readings:
+        defined = r.features.get("defines")
+        if r.kind == "statement" and r.subject and isinstance(defined, str) and defined in BARE_HEAD_NOUNS:
+            definitions[defined] = clean_surface(r.subject)
     holder = clean_surface(claim.attributed_to) if claim.is_attributed and claim.attributed_to else None
     reported = next((r for r in readings if r.kind == "reported"), None)
     if holder is None and reported is not None and reported.subject:
@@ -334,24 +347,12 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                 and _in_future(claim, text):
             r = reading.Reading("plan", subject=r.subject, mood="plan", label=r.label)  # a move not made yet
         if r.kind == "relation":
-            subject = _bare_reference(clean_surface(r.subject or ""), known_aliases)
-            obj = _bare_reference(clean_surface(r.object or ""), known_aliases)
+            subject = refer(clean_surface(r.subject or ""))
+            obj = refer(clean_surface(r.object or ""))
             if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
-                features = dict(extra)
-                if r.change == "end":
-                    features["ends"] = True
-                if r.previous_holder:
-                    features["previous_holder"] = r.previous_holder
                 previous = clean_surface(r.previous) if r.previous else None
-                previous = previous if previous and is_entity_name(previous) else None
-                if previous is not None and r.change == "succession" and normalize_name(previous) != normalize_name(
-                        obj):
-                    # "from Frankfurt to Dublin": it was in Frankfurt until then
-                    drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=previous,
-                                                 features={**extra, "until_claim": True}))
-                drafts.append(AssertionDraft("relation", subject, predicate=r.predicate, object=obj,
-                                             change_kind=_CHANGE[r.change], previous_object=previous,
-                                             features=features))
+                drafts.extend(relation_drafts(subject, r.predicate or "", obj, r.change, previous=previous,
+                                              previous_holder=r.previous_holder, extra=extra))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
             attribute, renewed = _attribute_reference(r.attribute, known_aliases)
@@ -360,7 +361,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
             if attribute != r.attribute:
                 r = reading.Reading(**{**r.__dict__, "attribute": attribute,
                                        "label": f"{attribute}: {r.value}"})
-            anchor = _attribute_anchor(attribute, known_aliases)
+            anchor = attribute_anchor(attribute, known_aliases)
             if anchor is not None:
                 change = _CHANGE[r.change]
                 previous_value = None
@@ -368,14 +369,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
                     change, previous_value = "correction", r.previous
                 # a value measured over a period ("fell to 0.4 percent in June") holds for that period
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
-                if state and r.previous and change == "succession":
-                    # "lowered the training budget from 40,000 EUR to 25,000 EUR": 40,000 until then
-                    drafts.append(AssertionDraft(
-                        "observation", anchor, statement=f"{attribute}: {r.previous}",
-                        features={**extra, "attribute": attribute, "value": r.previous, "until_claim": True}))
-                drafts.append(AssertionDraft(
-                    "observation", anchor, statement=r.label, change_kind=change, previous_value=previous_value,
-                    features={**extra, "attribute": r.attribute, "value": r.value, "state": state}))
+                drafts.extend(attribute_drafts(anchor, attribute, r.value, change, previous=r.previous,
+                                               previous_value=previous_value, state=state, extra=extra))
                 continue
         if r.kind == "nonfact":
             continue
@@ -395,12 +390,65 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset()) ->
         features = dict(extra)
         if r.kind == "plan":
             features["kind"] = "plan"
+        rest = r.features.get("predicate_text")
+        if r.kind in ("statement", "plan") and rest and r.subject:
+            features["label_rest"] = rest  # the label says it of the entity's current name …
+            if normalize_name(clean_surface(r.subject)) != normalize_name(anchor):
+                features["label_subject"] = clean_surface(r.subject)  # … or of the subject as written
         change = _CHANGE[r.change]
         drafts.append(AssertionDraft("observation", anchor, statement=text,
                                      change_kind="negation" if change == "negation" else _change_kind(text)
                                      if r.kind != "plan" else "none", features=features))
         break  # one observation per claim: its text is the statement
     return drafts, (None if drafts else reason)
+
+
+def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, previous: str | None = None,
+                    previous_holder: str | None = None, extra: dict[str, object] | None = None
+                    ) -> list[AssertionDraft]:
+    """The drafts one relation reading makes, whichever provider read it: the relation with its
+    change kind ("end" is a negation that ``ends`` the fact), and for a succession what held
+    until then: "from Frankfurt to Dublin" (the previous object) and "took over from Lena" (the
+    previous holder), each a fact that ends at the claim's time (``until_claim``)."""
+    extra = dict(extra or {})
+    features = dict(extra)
+    if change == "end":
+        features["ends"] = True
+    if previous_holder:
+        features["previous_holder"] = previous_holder
+    drafts: list[AssertionDraft] = []
+    previous = previous if previous and is_entity_name(previous) else None
+    if previous is not None and change == "succession" and normalize_name(previous) != normalize_name(obj):
+        drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=previous,
+                                     features={**extra, "until_claim": True}))
+    holder = clean_surface(previous_holder) if previous_holder else None
+    if holder and change == "succession" and is_entity_name(holder) and normalize_name(holder) != normalize_name(
+            subject):
+        # "Oren handed the restore drill over to Mateo": Oren held it until then
+        drafts.append(AssertionDraft("relation", holder, predicate=predicate, object=obj,
+                                     features={**extra, "until_claim": True}))
+    drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
+                                 change_kind=_CHANGE[change], previous_object=previous, features=features))
+    return drafts
+
+
+def attribute_drafts(anchor: str, attribute: str, value: str, change: str, *, previous: str | None = None,
+                     previous_value: str | None = None, state: bool = False,
+                     extra: dict[str, object] | None = None) -> list[AssertionDraft]:
+    """The drafts one attribute value makes: the canonical observation ("Q3 marketing budget:
+    90,000 EUR") and, for a state changed "from 40,000 EUR to 25,000 EUR", the old value that
+    held until then."""
+    extra = dict(extra or {})
+    drafts: list[AssertionDraft] = []
+    if state and previous and change == "succession":
+        drafts.append(AssertionDraft("observation", anchor, statement=f"{attribute}: {previous}",
+                                     features={**extra, "attribute": attribute, "value": previous,
+                                               "until_claim": True}))
+    drafts.append(AssertionDraft("observation", anchor, statement=f"{attribute}: {value}", change_kind=change,
+                                 previous_value=previous_value,
+                                 features={**extra, "attribute": attribute, "value": value,
+                                           "state": state}))
+    return drafts
 
 
 _FORWARD = re.compile(r"\b(?:next|coming|upcoming)\s+(?:week|sprint|month|quarter|year|release|cycle)\b"
@@ -468,7 +516,7 @@ def _has_predicate(text: str) -> bool:
     return not _is_fragment(nlp.parse(reading.prepared(text)))
 
 
-def _attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | None:
+def attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | None:
     """The entity an attribute belongs to: the longest known name inside it ("billing
     migration" in "billing migration launch"), else the attribute's own noun phrase."""
     folded = normalize_name(attribute)
@@ -602,6 +650,16 @@ def relation_label(subject: str, predicate: str, obj: str) -> str:
     """Readable, undated: "Ravi works on billing migration"."""
     phrase = _PHRASE.get(predicate) or predicate.removeprefix("other:").replace("_", " ")
     return f"{subject} {phrase} {obj}"
+
+
+def observation_label(subject: str, statement: str, features: dict[str, object]) -> str:
+    """An observation's label: a canonical statement of the subject's current name when the
+    parse gave one ("Wen Zhou finished export API"), an attribute value as it is ("Q3
+    marketing budget: 90,000 EUR"), else the statement itself."""
+    rest = features.get("label_rest")
+    written = features.get("label_subject")
+    subject = written if isinstance(written, str) and written else subject
+    return f"{subject} {rest}" if isinstance(rest, str) and rest else statement
 
 
 _CANONICAL_ATTRIBUTE = re.compile(r"^(?P<name>[^:]{1,200}):\s+\S")

@@ -117,6 +117,9 @@ horrible nice lovely ugly beautiful elegant clean messy better best worse worst 
 pointless important overrated underrated interesting boring exciting confusing easy easier hard harder difficult
 simple complicated annoying frustrating impressive disappointing promising ridiculous stupid smart clever perfect
 silly weird strange cool fun painful crazy solid sensible reasonable slow fast""".split())
+_VERB_LEXICON = frozenset(
+    {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
+                 *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -202,6 +205,12 @@ def _is_personish(token: Any) -> bool:
                                        and not any(c.dep_ == "det" for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
         t.lower_ in _ORG_WORDS for t in token.subtree)
+
+
+def _is_bare_name(token: Any) -> bool:
+    """A proper name without article, team or project word ("Brightwave", not "the design team")."""
+    return token.pos_ == "PROPN" and not any(c.dep_ == "det" for c in token.children) and not any(
+        t.lemma_.lower() in _LED_HEADS | _GROUP_HEADS for t in token.subtree)
 
 
 def _is_place(token: Any) -> bool:
@@ -398,6 +407,9 @@ def read(text: str) -> list[Reading]:
     corrected = _without_prefix(text)[1]
     text = prepared(text)
     doc = nlp.parse(text)
+    repaired = _verb_read_as_noun(text, doc)
+    if repaired is not None:
+        text, doc = repaired, nlp.parse(repaired)
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
     hedged = any(t.lower_ in _HEDGES for t in doc) or bool(re.search(r"\b(?:seems|appears) to\b", text, re.I))
@@ -406,6 +418,10 @@ def read(text: str) -> list[Reading]:
             out.append(Reading("nonfact", mood="question", label=sentence.text.strip()))
             continue
         root = sentence.root
+        garden = _garden_path_copula(sentence)
+        if garden is not None:
+            out.append(garden)
+            continue
         heads = [root, *[c for c in root.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")]]
         # "Eva owns the budget, so she will check": a clause of its own, with its own subject
         heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
@@ -442,6 +458,48 @@ def read(text: str) -> list[Reading]:
     return out
 
 
+def _garden_path_copula(sentence: Any) -> Reading | None:
+    """"The minimum supported iOS version is 16": the small parser takes the participle for the
+    main verb and hangs the copula under it without a subject. Then the copula is the main
+    verb, everything before it its subject, and a value after it the attribute's value."""
+    root = sentence.root
+    if root.tag_ != "VBD" or any(c.dep_.startswith("nsubj") and c.i > root.i for c in root.children):
+        return None
+    copula = next((c for c in root.children if c.lemma_ == "be" and c.pos_ == "AUX" and c.dep_ in ("ccomp", "conj")
+                   and c.i > root.i and not any(s.dep_.startswith("nsubj") for s in c.children)), None)
+    value = next((c for c in copula.children if c.dep_ in ("attr", "acomp")), None) if copula is not None else None
+    if copula is None or value is None or not _is_valueish(value):
+        return None
+    words = [t for t in sentence if t.i < copula.i and not t.is_punct]
+    while words and words[0].lower_ in _DETERMINERS:
+        words = words[1:]
+    if not words or any(t.dep_ == "cc" or t.lower_ in _PRONOUNS for t in words):
+        return None
+    name = " ".join(t.text for t in words)
+    return _attr(name, None, _value_of(value), "none", sentence.text.strip(), state=True)
+
+
+def _verb_read_as_noun(text: str, doc: Any) -> str | None:
+    """The small pipeline tags a present-tense verb after a noun compound as a plural noun ("the
+    search API runs in Frankfurt", "the price increases from …") and leaves the sentence without a
+    verb. When a verbless sentence has such a word whose lemma is one of the vocabulary's verbs,
+    the text is read again with the verb made unmistakable ("… does run in …"), same tense."""
+    for sentence in doc.sents:
+        root = sentence.root
+        if root.tag_ == "VBZ" and not any(c.dep_.startswith("nsubj") for c in root.children) and any(
+                c.dep_ == "compound" and c.i < root.i for c in root.children):
+            # the same error tagged the other way: "runs" a verb whose subject became its compound
+            return f"{text[:root.idx]}does {root.lemma_.lower()}{text[root.idx + len(root.text):]}"
+        if root.pos_ in ("VERB", "AUX") or any(t.pos_ == "AUX" for t in sentence):
+            continue
+        for t in sentence:
+            if (t.tag_ == "NNS" and t.lemma_.lower() in _VERB_LEXICON and t.i > sentence.start
+                    and doc[t.i - 1].pos_ in ("NOUN", "PROPN") and t.i + 1 < sentence.end
+                    and doc[t.i + 1].pos_ in ("ADP", "DET", "NUM", "ADV", "PART", "PROPN")):
+                return f"{text[:t.idx]}does {t.lemma_.lower()}{text[t.idx + len(t.text):]}"
+    return None
+
+
 def _replace(reading: Reading, **changes: object) -> Reading:
     values = {**reading.__dict__, **changes}
     return Reading(**values)  # type: ignore[arg-type]
@@ -466,11 +524,13 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     # plans and intentions: "will", "plans to", "is going to"
     if c.modal == "will" or (base in _PLAN_VERBS and c.xcomp is not None) or (
             base == "go" and c.xcomp is not None and any(t.lower_ == "going" for t in [c.head])):
-        return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text)]
+        rest = _predicate_text(c)
+        return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text,
+                        features={"predicate_text": rest} if rest else {})]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
     if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
-           for t in c.head.children) or (
+           for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]
@@ -485,8 +545,47 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
         readings = _attribute(c, verb, change, text)
     if readings is None:
         subject = _np_text(c.subjects[0]) if c.subjects else None
-        readings = [Reading("statement", subject=subject, change=change, label=text)]
+        features: dict[str, object] = {}
+        if (base == "be" and c.attr is not None and c.subjects and c.subjects[0].pos_ == "PROPN"
+                and c.attr.pos_ == "NOUN" and change == "none"
+                and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
+            features["defines"] = c.attr.lemma_.lower()  # "Kestrel is the team behind …": "the team" is Kestrel
+        rest = _predicate_text(c)
+        if rest:
+            features["predicate_text"] = rest
+        readings = [Reading("statement", subject=subject, change=change, label=text, features=features)]
     return readings
+
+
+_CLAUSE_DEPS = frozenset({"relcl", "advcl", "ccomp", "parataxis", "punct", "mark", "cc", "conj", "intj", "dep",
+                          "nsubj", "nsubjpass", "csubj", "expl", "discourse", "meta"})
+
+
+def _predicate_text(c: _Clause) -> str | None:
+    """What a plain statement says of its subject, as a canonical phrase: the verb with its
+    auxiliaries, negation and complements, without articles, punctuation, subordinate clauses
+    or dated adjuncts ("Wen finished the export API on Friday." → "finished export API")."""
+    if not c.subjects or c.head.pos_ not in ("VERB", "AUX"):
+        return None
+    keep: list[Any] = [c.head]
+    for child in c.head.children:
+        if child.dep_ in _CLAUSE_DEPS:
+            continue
+        if child.dep_ == "prep" and any(_is_time(o) for o in child.children if o.dep_ == "pobj"):
+            continue
+        if child.ent_type_ in ("DATE", "TIME") and child.dep_ not in ("dobj", "attr") and not (
+                child.dep_ == "advmod" and child.lemma_.lower() not in _TIME_NOUNS):  # "run nightly" keeps it
+            continue
+        keep.extend(child.subtree)
+    inner = {t.i for k in keep if k.dep_ == "relcl" and k is not c.head for t in k.subtree}
+    words = [t for t in sorted(set(keep), key=lambda t: t.i)
+             if not (t.is_punct and t.text not in ("-", "/", "&", "'", "’")) and t.i not in inner
+             and not (t.dep_ == "det" and t.lower_ in ("the", "a", "an"))]
+    # the words' own spacing where they are adjacent ("on-call", "isn't"), one space across a gap
+    text = "".join(t.text_with_ws if i + 1 < len(words) and words[i + 1].i == t.i + 1 else t.text + " "
+                   for i, t in enumerate(words))
+    text = re.sub(r"\s+", " ", text).strip(" -/&")
+    return text if text and len(text.split()) <= 12 else None
 
 
 def _people(tokens: list[Any]) -> list[str]:
@@ -572,6 +671,8 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         if target is None or _is_time(target):
             return None
         predicate = "works_on" if base == "start" and _first(c.preps, "on") is target else _membership(target)
+        if predicate == "works_on" and _is_bare_name(target) and not _is_place(target):
+            predicate = "works_for"  # "joined Brightwave": a name with no team or project word is an employer
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
@@ -589,10 +690,14 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             predicate = "located_in"
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
             and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
-        if base in ("switch", "migrate") and not c.objects and not c.passive and product and (
-                predicate != "located_in" or base == "switch"):
-            predicate = "uses"  # "the web team switched from Jenkins to GitHub Actions": a tool
         movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
+        if base in ("switch", "migrate") and not c.passive and product and (
+                predicate != "located_in" or base == "switch") and not _is_place(destination):
+            # "the web team switched from Jenkins to GitHub Actions", "… switched the expense tool from
+            # Spendly to Pleo": the subject uses a tool (the object, when there is one, names its slot)
+            predicate = "uses"
+            if c.objects and subjects and all(t.lower_ not in _PRONOUNS for t in c.subjects):
+                movers = subjects
         return _rel(movers, predicate, _np_text(destination), succession, text,
                     previous=_np_text(source) if source is not None else None)
     if verb in _END or base in _END:
@@ -622,9 +727,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             succession = "succession" if base in ("reassign", "hand") and change == "none" else change
             return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
         if base in _LOCATION_VERBS:
-            place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
-            if place is not None:
-                return _rel(subjects, "located_in", _np_text(place), change, text)
+            # "deployed in Frankfurt and Dublin": one relation per place
+            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or [] if not _is_time(t)]
+            readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
+            if readings:
+                return readings
         return None
     if base == "be":
         role = _role(c.attr)
@@ -665,10 +772,17 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     for prep in c.preps:
         predicate = _PREP_VERB_PREDICATES.get((base, prep))
         if predicate is not None:
-            target = _non_time(c.preps[prep])
-            if target is not None:
-                return _rel(subjects, predicate, _np_text(target), change, text)
+            # "depends on the payments gateway and the fraud service": one relation per conjunct
+            targets = [t for t in c.preps[prep] if not _is_time(t)]
+            readings = [r for t in targets for r in _rel(subjects, predicate, _np_text(t), change, text) or []]
+            if readings:
+                return readings
     del key
+    platform = _non_time(c.preps.get("on"))
+    if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
+            and not _is_place(platform) \
+            and not _is_personish(c.subjects[0] if c.subjects else platform):
+        return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
         thing = c.subjects[0] if c.subjects else None

@@ -36,13 +36,16 @@ __all__ = [
     "SectionRole",
     "build_sections",
     "chunk",
+    "content_start",
     "default_token_count",
+    "heading_span",
     "normalize_title",
     "normalized_hash",
     "parse_blocks",
     "retrieval_text",
     "reuse_plan",
     "title_role",
+    "turn_spans",
 ]
 
 BlockKind = Literal["heading", "paragraph", "list_item", "table_row", "code", "quote", "speaker_turn"]
@@ -537,6 +540,51 @@ def _heading_title(text: str) -> str | None:
     body = (m.group(2) or "").strip()
     body = _ATX_CLOSE_RE.sub("", body).strip()
     return body or None
+
+
+def heading_span(block: Block) -> tuple[int, int]:
+    """Offsets of a heading block's title in the representation (no ``#`` marks, no closing
+    sequence); empty at the block's end for a bare ``#``."""
+    m = _ATX_RE.match(block.text)
+    body = (m.group(2) or "") if m is not None else block.text
+    start = block.char_start + (m.start(2) if m is not None and m.group(2) is not None else len(block.text))
+    trimmed = _ATX_CLOSE_RE.sub("", body).rstrip()
+    lead = len(trimmed) - len(trimmed.lstrip())
+    return start + lead, start + len(trimmed)
+
+
+def turn_spans(block: Block) -> tuple[tuple[int, int], tuple[int, int] | None, int]:
+    """A speaker turn's speaker name span, the span of its time (the ``[… | time]`` or
+    ``[time]`` head, None without one) and the offset where the spoken text starts."""
+    first_line = block.text.split("\n", 1)[0]
+    m = _BRACKET_TURN_RE.match(first_line) or _PLAIN_TURN_RE.match(first_line)
+    assert m is not None, "not a speaker turn"
+    speaker = m.group("speaker").rstrip()
+    speaker_span = (block.char_start + m.start("speaker"), block.char_start + m.start("speaker") + len(speaker))
+    time_span = None
+    if "head" in m.groupdict():
+        head_start, head = m.start("head"), m.group("head")
+        offset = head.index("|") + 1 if "|" in head else 0
+        raw = head[offset:]
+        lead = len(raw) - len(raw.lstrip())
+        time_span = (block.char_start + head_start + offset + lead,
+                     block.char_start + head_start + offset + len(raw.rstrip()))
+    colon = first_line.index(":", m.end("speaker"))
+    rest = block.text[colon + 1:]
+    return speaker_span, time_span, block.char_start + colon + 1 + (len(rest) - len(rest.lstrip(" \t")))
+
+
+def content_start(block: Block) -> int:
+    """Where a list item's or quote's own text starts (after the marker, an optional task box)."""
+    if block.kind == "list_item":
+        m = _LIST_RE.match(block.text)
+        end = m.end() if m is not None else 0
+        box = re.match(r"\[[ xX]\][ \t]+", block.text[end:])
+        return block.char_start + end + (box.end() if box else 0)
+    if block.kind == "quote":
+        m = re.match(r" {0,3}>[ \t]?", block.text)
+        return block.char_start + (m.end() if m else 0)
+    return block.char_start
 
 
 def build_sections(blocks: Sequence[Block], markdown: str) -> list[Section]:

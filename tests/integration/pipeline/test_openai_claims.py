@@ -158,7 +158,7 @@ async def test_good_reply_becomes_exact_drafts_that_pass_the_gate(server: FakeOp
 async def test_provider_identity(server: FakeOpenAI) -> None:
     async with provider_for(server, []) as provider:
         typed: ClaimProvider = provider
-        assert (typed.name, typed.version) == ("openai", "openai/test-chat/1")
+        assert (typed.name, typed.version) == ("openai", "openai/test-chat/2")
         assert "sk-test" not in repr(provider)
 
 

@@ -36,7 +36,9 @@ CLAIMS = [RAVI, SPONSOR, DANA, CUTOVER, MOVED]  # DANA is settled locally: the b
 
 def relation(subject: str, predicate: str | None, obj: str | None, **fields: Any) -> dict[str, Any]:
     value: dict[str, Any] = {"kind": "relation", "subject": subject, "predicate": predicate, "object": obj,
-                             "change_kind": "none", "previous_object": None, "previous_value": None}
+                             "change_kind": "none", "previous_object": None, "previous_value": None,
+                             "previous_holder": None, "attribute": None, "value": None, "value_is_state": False,
+                             "mood": "fact", "hedged": False}
     value.update(fields)
     return value
 
@@ -105,7 +107,9 @@ async def test_good_reply_becomes_drafts_in_claim_order(server: FakeOpenAI) -> N
         ([AssertionDraft("observation", "Dana", statement=DANA.claim_text, features={"stance_of": "Dana"})], None),
         ([AssertionDraft("observation", "billing migration cutover", statement=CUTOVER.claim_text,
                          change_kind="correction", previous_value="8 June")], None),
-        ([AssertionDraft("relation", "Ravi", predicate="works_on", object="search team", change_kind="succession",
+        ([AssertionDraft("relation", "Ravi", predicate="works_on", object="billing migration",
+                         features={"until_claim": True}),  # what held until the move, as the parse reads it
+          AssertionDraft("relation", "Ravi", predicate="works_on", object="search team", change_kind="succession",
                          previous_object="billing migration")], None),
     ]
     assert len(server.requests) == 1  # one batch; the attributed claim needed no model call
@@ -114,7 +118,7 @@ async def test_good_reply_becomes_drafts_in_claim_order(server: FakeOpenAI) -> N
 async def test_provider_identity(server: FakeOpenAI) -> None:
     async with provider_for(server) as provider:
         checked: RelationProvider = provider
-        assert (checked.name, checked.version) == ("openai", "openai-normalizer/test-chat/1")
+        assert (checked.name, checked.version) == ("openai", "openai-normalizer/test-chat/2")
         assert "sk-test" not in repr(provider)
 
 

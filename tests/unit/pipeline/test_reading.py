@@ -27,10 +27,14 @@ def one(text: str, **kwargs):
 
 
 def test_take_over_from_names_the_new_holder_and_the_old() -> None:
-    d = one("As of 1 January 2026, Kofi Mensah took over the on-call rotation for Orion from Lena Park.")
+    (before, d), _ = drafts(
+        "As of 1 January 2026, Kofi Mensah took over the on-call rotation for Orion from Lena Park.")
     assert (d.kind, d.subject, d.predicate, d.object, d.change_kind) == (
         "relation", "Kofi Mensah", "other:leads", "on-call rotation for Orion", "succession")
     assert d.features["previous_holder"] == "Lena Park"
+    # the old holder held it until then, even when nothing earlier said so
+    assert (before.subject, before.object, before.features["until_claim"]) == (
+        "Lena Park", "on-call rotation for Orion", True)
 
 
 def test_a_moved_thing_changes_place_and_a_moved_person_changes_team() -> None:
@@ -162,3 +166,13 @@ def test_you_is_the_other_party_of_a_two_person_chat_only() -> None:
     assert [(c.claim_text, c.attributed_to) for c in two] == [("Ben is the owner of the release notes now.", "Ana")]
     three, decisions = run("Participants: Ana, Ben, Cy\n\n[t1 | 2026-03-02T10:00:00Z] Ana: You own the changelog.\n")
     assert three == [] and any(d.reason == "unresolved_reference" for d in decisions)
+
+
+def test_small_parser_errors_are_read_through() -> None:
+    """Two errors of the small English pipeline, repaired from the parse's shape, not the words."""
+    (place,), _ = drafts("The search API runs in Frankfurt.")  # "runs" a verb whose subject became a compound
+    assert (place.subject, place.predicate, place.object) == ("search API", "located_in", "Frankfurt")
+    (price,), _ = drafts("The plan price increases to 1,050 EUR per month.")  # "increases" tagged a plural noun
+    assert price.statement == "plan price: 1,050 EUR per month"
+    (version,), _ = drafts("The minimum supported iOS version is 16.")  # "supported" taken for the main verb
+    assert version.statement == "minimum supported iOS version: 16"
