@@ -13,7 +13,7 @@ endif
 REMEMBER_VENV := .venv-remember
 GENERATED := clients/python/testament clients/typescript/src/gen
 
-.PHONY: install run test test-python test-ts generate check-generated lint bench bench-scale clean
+.PHONY: install run test test-python test-ts generate check-generated lint bench bench-scale image clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ test: install lint check-generated test-python test-ts
 bench: install
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || true
 	$(BIN)/python -m bench
+
+# The container image (deploy/Dockerfile); needs a container engine and the base image's registry.
+IMAGE ?= testament:dev
+image:
+	@docker info >/dev/null 2>&1 || { echo "make image: no container engine answers here (docker info failed)" >&2; exit 1; }
+	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
 # The read path at TESTAMENT_BENCH_CLAIMS claims (default 1,000,000; bench/bench_scale.py).
 bench-scale: install

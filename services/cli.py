@@ -1,8 +1,9 @@
 """The ``testament`` operator command.
 
     testament up [--data-dir DIR] [--gateway-port PORT] [--gateway-grpc-port PORT]   the whole stack
-    testament migrate                                       apply pending migrations
+    testament migrate [--check [--wait SECONDS]]            apply pending migrations (--check: only wait for them)
     testament serve SERVICE                                 one service process
+    testament health HOST:PORT [--service NAME]             grpc.health.v1 check (exit 0 when SERVING)
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
     testament keys list [--space S] | revoke CREDENTIAL_ID_OR_PREFIX
     testament spaces create SLUG [--name N] | list
@@ -52,9 +53,16 @@ def _require_dsn() -> str:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from services.platform.migrations import MigrationError, migrate
+    from services.platform.migrations import MigrationError, migrate, wait_current
 
     try:
+        if args.check:
+            missing = asyncio.run(wait_current(_require_dsn(), args.wait))
+            if missing:
+                print(f"testament migrate --check: not applied: {', '.join(missing)}", file=sys.stderr)
+                return 1
+            print(json.dumps({"pending": []}))
+            return 0
         report = asyncio.run(migrate(_require_dsn()))
     except MigrationError as exc:
         print(f"testament migrate: {exc}", file=sys.stderr)
@@ -69,6 +77,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     module = "services.gateway.main" if args.service == "gateway" else f"services.{args.service}.main"
     importlib.import_module(module).main()
     return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    """grpc.health.v1 Check against one process (the image has no grpc_health_probe)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.addr) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
+        except grpc.RpcError as exc:
+            print(f"testament health: {args.addr}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(status)
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
@@ -333,11 +358,22 @@ def main(argv: list[str] | None = None) -> None:
                       help="the gateway's gRPC port, the one address of every RPC (default: a free port)")
     p_up.set_defaults(func=_cmd_up)
 
-    sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_cmd_migrate)
+    p_migrate = sub.add_parser("migrate", help="apply pending migrations")
+    p_migrate.add_argument("--check", action="store_true",
+                           help="apply nothing; exit 0 once the schema is current (an init container's wait)")
+    p_migrate.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                           help="with --check: keep looking this long (database unreachable counts as pending)")
+    p_migrate.set_defaults(func=_cmd_migrate)
 
     p_serve = sub.add_parser("serve", help="run one service process")
     p_serve.add_argument("service", choices=[*SERVICE_NAMES, "gateway"])
     p_serve.set_defaults(func=_cmd_serve)
+
+    p_health = sub.add_parser("health", help="ask one process's grpc.health.v1 (exit 0 when SERVING)")
+    p_health.add_argument("addr", help="host:port of its gRPC port")
+    p_health.add_argument("--service", default="", help="a service name (default: the whole process)")
+    p_health.add_argument("--timeout", type=float, default=3.0)
+    p_health.set_defaults(func=_cmd_health)
 
     p_keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = p_keys.add_subparsers(dest="keys_command", required=True)

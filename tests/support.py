@@ -48,6 +48,19 @@ def wait_serving(address: str, timeout_s: float = 30.0, proc: subprocess.Popen[b
     raise TimeoutError(f"{address} did not become SERVING")
 
 
+def pid_listening(parent_pid: int, port: int) -> int:
+    """The process under ``parent_pid`` that listens on ``port`` (AssertionError: none does)."""
+    import psutil
+
+    for child in psutil.Process(parent_pid).children(recursive=True):
+        try:
+            if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in child.net_connections(kind="tcp")):
+                return child.pid
+        except psutil.Error:
+            continue
+    raise AssertionError(f"nothing listens on {port}")
+
+
 @dataclass
 class Proc:
     proc: subprocess.Popen[bytes]

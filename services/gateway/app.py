@@ -120,8 +120,8 @@ def error_response(route: Route | None, error: grpc.aio.AioRpcError) -> Response
         telemetry.access_log("upstream_error", code=code.name, details=error.details(),
                              method=route.full_method if route else None)
         return detail(500, "Internal Server Error")
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return detail(503, "service unavailable")
+    if code == grpc.StatusCode.UNAVAILABLE:  # e.g. the service is restarting: worth asking again soon
+        return detail(503, "service unavailable", {"Retry-After": "1", **headers})
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return detail(504, "the request took too long")
     return detail(status, error.details() or code.name.lower(), headers)
@@ -133,7 +133,10 @@ class Upstreams:
     def __init__(self, addresses: Mapping[str, str], *, deadline_s: float) -> None:
         self.deadline_s = deadline_s
         self._channels = {
-            name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+            # round_robin: an address that resolves to several replicas (dns:/// of a headless
+            # Kubernetes Service) spreads calls over all of them, not one connection's pod
+            name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                           ("grpc.lb_policy_name", "round_robin")])
             for name, addr in addresses.items()
         }
 

@@ -87,7 +87,7 @@ class DrainingServer(uvicorn.Server):
 async def refuse_open_network(settings: Settings, app: Gateway, *, wait_s: float = 30.0) -> None:
     """An open (keyless) stack listens on loopback only: bound elsewhere, the gateway starts
     only once the services confirm that a key exists."""
-    if settings.host in LOOPBACK_HOSTS:
+    if settings.host in LOOPBACK_HOSTS or settings.allow_open_network:
         return
     channel = app.upstreams.channel_for("testament.common.v1.DeploymentService")
     deadline = asyncio.get_running_loop().time() + wait_s
@@ -106,7 +106,8 @@ async def refuse_open_network(settings: Settings, app: Gateway, *, wait_s: float
         break
     raise StartupError(f"testament-gateway: TESTAMENT_HOST={settings.host} is not a loopback address and no API "
                        "key exists (or none could be confirmed), so the stack would be open to the network; "
-                       "create a key first (`testament keys create`)")
+                       "create a key first (`testament keys create`), or set TESTAMENT_ALLOW_OPEN_NETWORK=true "
+                       "when only a private network reaches it")
 
 
 async def serve(settings: Settings) -> None:

@@ -20,6 +20,7 @@ from services.graph.domain import (
     path_query,
 )
 from services.platform.auth import Caller, require_caller
+from services.platform.replica import fresh_as_of
 from services.platform.wire import optional, timestamp
 
 _PRECISION = {
@@ -126,7 +127,8 @@ class GraphServicer:
             include_paths=optional(request, "include_paths"),
         )
         caller = require_caller()
-        result = await self.service.neighborhood(caller, query)
+        with fresh_as_of(query.clocks.believed_at):  # a later belief time than the replica's: the primary
+            result = await self.service.neighborhood(caller, query)
         return graph_pb2.NeighborhoodResponse(envelope=self._envelope(result, caller))
 
     async def Path(self, request: graph_pb2.PathRequest,
@@ -137,7 +139,8 @@ class GraphServicer:
             valid_at=optional(request, "valid_at"), believed_at=optional(request, "believed_at"),
         )
         caller = require_caller()
-        result = await self.service.path(caller, query)
+        with fresh_as_of(query.clocks.believed_at):
+            result = await self.service.path(caller, query)
         return graph_pb2.PathResponse(envelope=self._envelope(result, caller))
 
     async def CitationPath(self, request: graph_pb2.CitationPathRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.graph.adapters import PgGraphStore
 from services.graph.api import GraphServicer
 from services.graph.app import GraphService
-from services.platform.bootstrap import open_platform
+from services.platform.bootstrap import open_platform, open_reads
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.redaction import output_redaction
 from services.platform.server import Servicer, ServiceSpec, run_service
@@ -14,7 +14,7 @@ from services.platform.settings import Settings, load_settings
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "graph")
-    service = GraphService(PgGraphStore(platform.db))
+    service = GraphService(PgGraphStore(await open_reads(settings, "graph", platform)))  # type: ignore[arg-type]
     redact = output_redaction(settings, "graph")
     return ServiceSpec(
         name="graph",

@@ -16,7 +16,10 @@ from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.deployment import DeploymentServicer
+from services.platform.migrations import MigrationError
+from services.platform.migrations import pending as pending_migrations
 from services.platform.objectstore import ObjectStore, ObjectStoreError, build_object_store
+from services.platform.replica import ReplicaMisconfigured, RoutedReads, check_standby
 from services.platform.server import Closer, Servicer, StartupError
 from services.platform.settings import Settings
 
@@ -45,7 +48,7 @@ async def open_database(settings: Settings, name: str) -> Database:
             "`testament up` sets it for the services it starts"
         )
     try:
-        return await Database.connect(
+        db = await Database.connect(
             settings.database_url,
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
@@ -58,6 +61,47 @@ async def open_database(settings: Settings, name: str) -> Database:
             f"testament-{name}: cannot reach the database at "
             f"{redacted_dsn(settings.database_url)} (TESTAMENT_DATABASE_URL): {exc}"
         ) from None
+    try:
+        async with db.acquire() as conn:
+            missing = await pending_migrations(conn)
+    except MigrationError as exc:
+        await db.close()
+        raise StartupError(f"testament-{name}: {exc}") from None
+    if missing:
+        await db.close()
+        raise StartupError(
+            f"testament-{name}: the database at {redacted_dsn(settings.database_url)} lacks migration "
+            f"{', '.join(missing)}: run `testament migrate` (the compose file's `migrate` service, the "
+            "Kubernetes `testament-migrate` Job) before the services")
+    return db
+
+
+async def open_reads(settings: Settings, name: str, platform: Platform) -> Database | RoutedReads:
+    """Where this service's reads go: the primary, or (TESTAMENT_READ_DATABASE_URL) a standby
+    within TESTAMENT_REPLICA_MAX_LAG_S, checked to be a standby of the primary before use."""
+    url = settings.read_database_url
+    if not url:
+        return platform.db
+    if url == settings.database_url:
+        raise StartupError(f"testament-{name}: TESTAMENT_READ_DATABASE_URL is TESTAMENT_DATABASE_URL: it must "
+                           "name a streaming standby of the primary, not the primary itself")
+    try:
+        replica = await Database.connect(
+            url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
+            query_timeout_s=settings.db_query_timeout_s, connect_timeout_s=settings.db_connect_timeout_s,
+            application_name=f"testament-{name}-reads")
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise StartupError(f"testament-{name}: cannot reach the read replica at {redacted_dsn(url)} "
+                           f"(TESTAMENT_READ_DATABASE_URL): {exc}") from None
+    try:
+        await check_standby(platform.db, replica)
+    except ReplicaMisconfigured as exc:
+        await replica.close()
+        raise StartupError(f"testament-{name}: {exc} ({redacted_dsn(url)})") from None
+    reads = RoutedReads(platform.db, replica, max_lag_s=settings.replica_max_lag_s)
+    await reads.start()
+    platform.closers.append(reads.close)
+    return reads
 
 
 def model_bindings(settings: Settings) -> dict[str, str]:
@@ -103,11 +147,12 @@ async def open_object_store(settings: Settings, name: str) -> ObjectStore:
 async def open_platform(settings: Settings, name: str) -> Platform:
     db = await open_database(settings, name)
     credentials = PgCredentials(db)
-    if settings.host not in LOOPBACK_HOSTS and not await credentials.any_keys():
+    if settings.host not in LOOPBACK_HOSTS and not settings.allow_open_network and not await credentials.any_keys():
         await db.close()
         raise StartupError(
             f"testament-{name}: TESTAMENT_HOST={settings.host} is not a loopback address and no API key exists, "
-            "so the stack would be open to the network; create a key first (`testament keys create`)")
+            "so the stack would be open to the network; create a key first (`testament keys create`), or set "
+            "TESTAMENT_ALLOW_OPEN_NETWORK=true when only a private network reaches it")
     authenticator = Authenticator(credentials)
     deployment = Servicer(
         SERVICE_FULL_NAMES["deployment"],

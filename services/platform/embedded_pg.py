@@ -110,7 +110,8 @@ class EmbeddedPostgres:
             _allow_traversal(bins)
             for sub in ("lib", "share"):
                 _allow_traversal(bins.parent / sub)
-            _allow_traversal(self.data_dir)
+            # the ancestors only: the server owns its data directory, which must stay 0700/0750
+            _allow_traversal(self.data_dir.parent)
             _chown_tree(self.data_dir, self._user.pw_uid, self._user.pw_gid)
         if not (self.data_dir / "PG_VERSION").exists():
             result = subprocess.run(

@@ -9,6 +9,7 @@ create schema themselves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import asyncpg
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-# An arbitrary, fixed key so concurrent `migrate` runs queue instead of racing.
+# An arbitrary, fixed key: a second `migrate` run while one holds it is refused at once.
 _ADVISORY_LOCK_KEY = 0x7E57A3E1
 
 
@@ -62,7 +63,17 @@ async def migrate(dsn: str, *, directory: Path = MIGRATIONS_DIR) -> MigrationRep
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
         await conn.execute("SET lock_timeout = '60s'")
-        await conn.execute("SELECT pg_advisory_lock($1)", _ADVISORY_LOCK_KEY)
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _ADVISORY_LOCK_KEY):
+            holder = await conn.fetchrow(
+                """SELECT a.pid, a.application_name, a.client_addr::text AS addr, a.backend_start
+                     FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                    WHERE l.locktype = 'advisory' AND l.granted
+                      AND ((l.classid::bigint << 32) | l.objid::bigint) = $1""", _ADVISORY_LOCK_KEY)
+            who = (f" (server pid {holder['pid']}, application {holder['application_name'] or '?'!r}, "
+                   f"from {holder['addr'] or 'a local socket'}, since {holder['backend_start']:%H:%M:%S})"
+                   if holder else "")
+            raise MigrationError(f"another `testament migrate` is running on this database{who}; "
+                                 "two migrators at once are refused: let that one finish, then run again")
         try:
             await conn.execute(
                 """
@@ -107,3 +118,36 @@ async def migrate(dsn: str, *, directory: Path = MIGRATIONS_DIR) -> MigrationRep
             await conn.execute("SELECT pg_advisory_unlock($1)", _ADVISORY_LOCK_KEY)
     finally:
         await conn.close()
+
+
+async def pending(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """The shipped migrations this database has not applied (empty: the schema is current).
+    Raises :class:`MigrationError` when the database holds one this release does not ship."""
+    shipped = {m.version: m for m in discover(directory)}
+    if await conn.fetchval("SELECT to_regclass('schema_migrations')") is None:
+        return [f"{m.version:04d}_{m.name}" for m in shipped.values()]
+    applied = {r["version"]: r["name"] for r in await conn.fetch("SELECT version, name FROM schema_migrations")}
+    unknown = sorted(set(applied) - set(shipped))
+    if unknown:
+        raise MigrationError(f"the database has migration {unknown[0]:04d}_{applied[unknown[0]]} applied, which "
+                             "this release does not ship (is an older release running against a newer schema?)")
+    return [f"{v:04d}_{m.name}" for v, m in sorted(shipped.items()) if v not in applied]
+
+
+async def wait_current(dsn: str, wait_s: float, *, poll_s: float = 1.0) -> list[str]:
+    """Wait up to ``wait_s`` for the schema to be current (another process migrates it);
+    returns what is still missing ([] once current). An unreachable database is waited for."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=5)
+            try:
+                missing = await pending(conn)
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            missing = [f"(database not reachable: {exc})"]
+        if not missing or loop.time() >= deadline:
+            return missing
+        await asyncio.sleep(poll_s)

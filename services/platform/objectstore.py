@@ -758,6 +758,10 @@ class S3Store:
         except ObjectStoreError as exc:
             raise ObjectStoreUnavailable(str(exc)) from exc
         except _TRANSLATABLE as exc:
+            if isinstance(exc, ClientError) and _http_status(exc) == 404:
+                raise ObjectStoreUnavailable(
+                    f"the bucket {self._bucket!r} does not exist (TESTAMENT_S3_BUCKET): create it, or set "
+                    "TESTAMENT_S3_CREATE_BUCKET=true") from exc
             raise ObjectStoreUnavailable(str(_translate(exc, f"bucket {self._bucket!r}"))) from exc
 
     # -- helpers

@@ -42,6 +42,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("TESTAMENT_DATABASE_URL", "DATABASE_URL"),
         description="PostgreSQL DSN. Unset: `testament up` starts the embedded server.",
     )
+    read_database_url: str | None = Field(
+        default=None,
+        description="A streaming standby of the primary: retrieval, graph and the query space read from it.")
+    replica_max_lag_s: float = Field(
+        default=5.0, gt=0, le=3600,
+        description="Staleness bound: a replica further behind the primary than this is not read from.")
     db_pool_min: int = Field(default=1, ge=0, le=100)
     db_pool_max: int = Field(default=8, ge=1, le=200)
     db_query_timeout_s: float = Field(default=10.0, gt=0, le=600)
@@ -62,6 +68,8 @@ class Settings(BaseSettings):
     # --- processes and ports ------------------------------------------------------
     data_dir: Path = Path(".data")
     host: str = "127.0.0.1"
+    allow_open_network: bool = Field(
+        default=False, description="Serve a keyless (open) stack beyond loopback; only behind a private network.")
     gateway_port: int = Field(default=8000, ge=0, le=65535)
     gateway_grpc_port: int = Field(default=0, ge=0, le=65535)
     ingest_port: int = Field(default=0, ge=0, le=65535)
@@ -137,7 +145,7 @@ class Settings(BaseSettings):
     def _known_converters(cls, value: dict[str, str]) -> dict[str, str]:
         return parse_routes(json.dumps(value))
 
-    @field_validator("database_url")
+    @field_validator("database_url", "read_database_url")
     @classmethod
     def _dsn_scheme(cls, value: str | None) -> str | None:
         if value is None:

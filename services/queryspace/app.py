@@ -24,6 +24,7 @@ from typing import Any
 from services.platform import telemetry
 from services.platform.auth import Caller
 from services.platform.errors import Conflict, InvalidArgument, NotFound, TestamentError
+from services.platform.replica import fresh_as_of
 from services.queryspace import manifest as m
 from services.queryspace.adapters import PgQuerySpace, PgSavedQueries, RegistryUnreadable, Settings, StatementFailed
 from services.queryspace.encoding import display_type, encode, row_bytes
@@ -222,7 +223,9 @@ class QuerySpace:
             if not request.explain:
                 await self.evaluator.prepare(evaluated)
             keys = self.admission.enter(caller)
-            await self._execute(caller, request, admitted, evaluated, result, row_cap, byte_cap, timeout_ms)
+            # facts_as_of(…, believed_at) later than a read replica's replay point runs on the primary
+            with fresh_as_of(*(r.args.get("believed_at") for r in resolved)):
+                await self._execute(caller, request, admitted, evaluated, result, row_cap, byte_cap, timeout_ms)
         except Rejected as exc:
             result.update(termination_reason="rejected", error_code=exc.code, error_message=exc.message)
         except StatementFailed as exc:

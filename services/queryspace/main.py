@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.platform.auth import Caller
-from services.platform.bootstrap import open_platform
+from services.platform.bootstrap import open_platform, open_reads
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
 from services.platform.redaction import redactor_from_settings
@@ -30,7 +30,9 @@ async def build(settings: Settings) -> ServiceSpec:
     if redactor is not None:
         def redact(text: str, caller: Caller) -> str:
             return redactor.redact_output(text, caller.principals).text
-    store, saved, evaluator = PgQuerySpace(platform.db), PgSavedQueries(platform.db), Evaluator(SearchLegs(), embedder)
+    reads = await open_reads(settings, "queryspace", platform)  # saved queries are written: the primary
+    store, saved = PgQuerySpace(reads), PgSavedQueries(platform.db)  # type: ignore[arg-type]
+    evaluator = Evaluator(SearchLegs(), embedder)
     service = QuerySpace(store, saved, evaluator, redact=redact)
     await service.start()
     exports = QuerySpace(store, saved, evaluator, redact=redact, tier=ANALYTICAL)

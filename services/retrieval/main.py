@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.platform.bootstrap import open_platform
+from services.platform.bootstrap import open_platform, open_reads
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.redaction import output_redaction
@@ -27,7 +27,9 @@ async def build(settings: Settings) -> ServiceSpec:
         raise StartupError(f"testament-retrieval: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
     redact = output_redaction(settings, "retrieval")
     graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
-    retrieval = Retrieval(platform.db, embedder, graph, redact=redact)
+    # reads within the replica's staleness bound; the change feed stays on the primary
+    retrieval = Retrieval(await open_reads(settings, "retrieval", platform), embedder, graph,  # type: ignore[arg-type]
+                          redact=redact)
     assert settings.database_url is not None
     changes = ChangeFeed(platform.db, settings.database_url, redact or (lambda text, caller: text))
     closers = [*platform.closers]

@@ -218,3 +218,41 @@ def test_a_killed_pipeline_resumes_without_loss_or_duplicates(pg, tmp_path: Path
     }
     found = {name: len(sql(dsn, query)) for name, query in duplicates.items()}
     assert found == dict.fromkeys(duplicates, 0)
+
+
+def test_three_workers_share_the_queue_and_one_killed_loses_and_repeats_nothing(pg, tmp_path: Path) -> None:
+    """Three pipeline processes on one database: all three take units, one is killed with
+    units in flight, the other two finish them; every unit is done exactly once."""
+    dsn = clone_database(pg)
+    env = {"TESTAMENT_DATA_DIR": str(tmp_path), "TESTAMENT_WORKER_LEASE_S": "2",
+           "TESTAMENT_WORKER_CONCURRENCY": "2", "TESTAMENT_CHUNK_TOKEN_BUDGET": "48"}
+    count = 90
+    holders: set[str] = set()
+    with run_service("ingest", dsn, tmp_path, **env) as ingest, \
+            run_service("pipeline", dsn, tmp_path, **env) as first, \
+            run_service("pipeline", dsn, tmp_path, **env), run_service("pipeline", dsn, tmp_path, **env):
+        uploaded = asyncio.run(upload_all(ingest.address, range(count), per_batch=10, pause_s=0))
+        deadline = time.monotonic() + 120
+        victim = f":{first.proc.pid}"
+        while True:  # until each worker has been seen holding units and the victim holds one now
+            owners = {r["lease_owner"] for r in sql(dsn, "SELECT lease_owner FROM work_units "
+                                                         "WHERE status = 'running'")}
+            holders |= {o.rsplit(":", 1)[1] for o in owners}
+            if len(holders) == 3 and any(o.endswith(victim) for o in owners):
+                break
+            assert progress(dsn)["finished"] < count, f"finished before all three were seen: {holders}"
+            assert time.monotonic() < deadline, holders
+            time.sleep(0.02)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        wait_until_finished(dsn, count, timeout_s=240)
+
+    assert len(holders) == 3
+    assert sql(dsn, "SELECT version_id, stage, unit_key FROM work_units GROUP BY 1, 2, 3 HAVING count(*) > 1") == []
+    assert {(v["status"]) for v in sql(dsn, "SELECT status FROM document_versions")} == {"ready"}
+    counts = per_version_counts(dsn)
+    by_shape: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    for i, version in uploaded.items():
+        by_shape[i % len(TEMPLATES)].add(counts[uuid.UUID(version)])
+    assert all(len(shapes) == 1 for shapes in by_shape.values()), by_shape  # same text, same rows: none twice
+    assert sql(dsn, "SELECT chunk_id, ordinal FROM claims GROUP BY 1, 2 HAVING count(*) > 1") == []

@@ -14,7 +14,7 @@ import httpx
 import psutil
 
 from services.platform.server import free_ports
-from tests.support import REPO
+from tests.support import REPO, pid_listening
 
 
 def test_up_serves_healthz_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
@@ -73,14 +73,7 @@ def test_a_crashed_service_is_restarted_and_the_rest_keep_answering(tmp_path: Pa
         names = dict(re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line))
 
         def pid_on(port_number: str) -> int:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    if any(c.laddr.port == int(port_number) and c.status == psutil.CONN_LISTEN
-                           for c in child.net_connections(kind="tcp")):
-                        return child.pid
-                except psutil.Error:
-                    continue
-            raise AssertionError(f"nothing listens on {port_number}")
+            return pid_listening(proc.pid, int(port_number))
 
         for service, probe, other in [("retrieval", ("GET", "/resolve?name=x"), ("GET", "/documents")),
                                       ("graph", ("POST", "/graph/neighborhood"), ("GET", "/resolve?name=x"))]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import asyncpg
@@ -71,3 +72,27 @@ async def test_a_failing_migration_leaves_nothing_half_applied(fresh_dsn: str, t
         assert await conn.fetchval("SELECT count(*) FROM schema_migrations WHERE version = 9000") == 0
     finally:
         await conn.close()
+
+
+async def test_check_waits_for_the_schema_and_names_what_is_missing(fresh_dsn: str, pg) -> None:  # type: ignore[no-untyped-def]
+    from services.platform.migrations import wait_current
+
+    assert await wait_current(fresh_dsn, 0) == []
+    empty = pg.create_database(f"empty_{uuid.uuid4().hex[:8]}")
+    missing = await wait_current(empty, 0.3, poll_s=0.1)
+    assert missing and missing[0] == "0001_foundation"
+    unreachable = await wait_current("postgresql://postgres@127.0.0.1:1/none", 0)
+    assert "not reachable" in unreachable[0]
+
+
+async def test_a_second_migrator_is_refused_naming_the_first(fresh_dsn: str) -> None:
+    from services.platform.migrations import _ADVISORY_LOCK_KEY
+
+    holder = await asyncpg.connect(fresh_dsn, server_settings={"application_name": "the-first"})
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", _ADVISORY_LOCK_KEY)
+        with pytest.raises(MigrationError, match="another `testament migrate` is running.*the-first"):
+            await migrate(fresh_dsn)
+    finally:
+        await holder.close()
+    assert (await migrate(fresh_dsn)).applied == []
