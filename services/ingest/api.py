@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 from testament.common.v1 import stage_pb2
-from testament.ingest.v1 import ingest_pb2
+from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 from services.ingest.app import IngestService
 from services.ingest.domain import (
@@ -50,7 +50,7 @@ _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 UPLOAD_ACCEPTED = "x-testament-upload-accepted"
 
 
-class IngestServicer:
+class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     def __init__(self, service: IngestService, *, model_bindings: dict[str, str] | None = None,
                  build_revision: str = "") -> None:
         self.service = service

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 from testament.common.v1 import stage_pb2
-from testament.pipeline.v1 import pipeline_pb2
+from testament.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 
 from services.ingest.domain import parse_uuid
 from services.pipeline.adapters.queue import PgQueue
@@ -53,7 +53,7 @@ def _encode(data: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(data, default=str).encode()).decode().rstrip("=")
 
 
-class PipelineServicer:
+class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     def __init__(self, db: Database, queue: PgQueue, routes: set[str]) -> None:
         self.db = db
         self.queue = queue

@@ -58,6 +58,12 @@ def service(full_name: str) -> ServiceDescriptor:
     return descriptor_pool.Default().FindServiceByName(full_name)
 
 
+def not_built(method: MethodDescriptor) -> str | None:
+    """The contract's note for an RPC declared but not built yet, or None."""
+    options = method.GetOptions()
+    return options.Extensions[options_pb2.not_built] if options.HasExtension(options_pb2.not_built) else None
+
+
 @functools.cache
 def method_scope(full_method: str) -> Scope:
     """Scope declared for ``/pkg.Service/Method``; undeclared or unknown → ``write``."""

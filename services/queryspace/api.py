@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 from testament.queryspace.v1 import queryspace_pb2 as pb
+from testament.queryspace.v1 import queryspace_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
@@ -129,7 +130,7 @@ def _query_id(value: str) -> uuid.UUID:
 EXPORT_BATCH_ROWS = 1000
 
 
-class QuerySpaceServicer:
+class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
     def __init__(self, service: QuerySpace, exports: QuerySpace | None = None) -> None:
         self.service = service
         # The analytical tier (operator exports): its own limits and admission budgets.
