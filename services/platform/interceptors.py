@@ -37,6 +37,7 @@ from services.platform.errors import (
     Unavailable,
     ValidationFailed,
 )
+from services.platform.objectstore import ObjectStoreUnavailable
 
 ERROR_DOMAIN = "testament"
 
@@ -195,6 +196,9 @@ def map_exception(exc: BaseException) -> status_pb2.Status:
     if isinstance(exc, DeadlineSpent | asyncpg.QueryCanceledError | TimeoutError):
         return _status_for(DeadlineExceeded("the request deadline was exceeded",
                                             reason="DEADLINE_EXCEEDED"))
+    if isinstance(exc, ObjectStoreUnavailable):
+        return _status_for(Unavailable("the object store is unavailable; nothing was recorded",
+                                       reason="OBJECT_STORE_UNAVAILABLE", retry_after_s=1))
     if isinstance(
         exc,
         asyncpg.PostgresConnectionError
