@@ -24,6 +24,8 @@ from services.platform.wire import timestamp
 
 # ReplayDeadLetterRequest.attempts: 1-10 (the contract).
 MAX_REPLAY_ATTEMPTS = 10
+# ListDeadLettersRequest.limit: default 50, 1-200 (the contract).
+DEAD_LETTER_PAGE, DEAD_LETTER_PAGE_MAX = 50, 200
 
 _STATUS = {"pending": stage_pb2.STAGE_STATUS_PENDING, "running": stage_pb2.STAGE_STATUS_RUNNING,
            "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED, "failed": stage_pb2.STAGE_STATUS_FAILED,
@@ -62,7 +64,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def ListDeadLetters(self, request: pipeline_pb2.ListDeadLettersRequest,
                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ListDeadLettersResponse:
         caller = require_caller()
-        limit = _limit(request.limit if request.HasField("limit") else None, 20, 500)
+        limit = _limit(request.limit if request.HasField("limit") else None, DEAD_LETTER_PAGE, DEAD_LETTER_PAGE_MAX)
         after = _cursor(request.cursor if request.HasField("cursor") else None)
         version = parse_uuid("version_id", request.version_id) if request.HasField("version_id") else None
         rows = await self.db.fetch(

@@ -14,6 +14,10 @@ Common to every RPC (not repeated per RPC): CREDENTIAL_REQUIRED,
 AUTHENTICATION_FAILED, SCOPE_TOO_NARROW, VALIDATION_FAILED,
 DEADLINE_EXCEEDED, DB_UNAVAILABLE, TRANSACTION_CONFLICT, ALREADY_EXISTS,
 INVALID_VALUE, INTERNAL, NOT_BUILT.
+
+Comments elsewhere that quote RememberStack's forget codes
+(`forget_in_progress`, `source_forgotten`) describe the compatible surface:
+Testament has no hard forget, so it never sends them.
 """
 
 from google.protobuf import descriptor as _descriptor
@@ -89,8 +93,6 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """PERMISSION_DENIED / 403. The caller may not do this."""
     ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 26
     """UNAUTHENTICATED / 401. The caller is not known."""
-    ERROR_REASON_RESOURCE_EXHAUSTED: _ErrorReason.ValueType  # 27
-    """RESOURCE_EXHAUSTED / 429. A limit was reached; retry later."""
     ERROR_REASON_UNAVAILABLE: _ErrorReason.ValueType  # 28
     """UNAVAILABLE / 503. A dependency does not answer; retry later."""
     ERROR_REASON_UNIMPLEMENTED: _ErrorReason.ValueType  # 29
@@ -264,8 +266,6 @@ ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 25
 """PERMISSION_DENIED / 403. The caller may not do this."""
 ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 26
 """UNAUTHENTICATED / 401. The caller is not known."""
-ERROR_REASON_RESOURCE_EXHAUSTED: ErrorReason.ValueType  # 27
-"""RESOURCE_EXHAUSTED / 429. A limit was reached; retry later."""
 ERROR_REASON_UNAVAILABLE: ErrorReason.ValueType  # 28
 """UNAVAILABLE / 503. A dependency does not answer; retry later."""
 ERROR_REASON_UNIMPLEMENTED: ErrorReason.ValueType  # 29

@@ -14,6 +14,10 @@ Common to every RPC (not repeated per RPC): CREDENTIAL_REQUIRED,
 AUTHENTICATION_FAILED, SCOPE_TOO_NARROW, VALIDATION_FAILED,
 DEADLINE_EXCEEDED, DB_UNAVAILABLE, TRANSACTION_CONFLICT, ALREADY_EXISTS,
 INVALID_VALUE, INTERNAL, NOT_BUILT.
+
+Comments elsewhere that quote RememberStack's forget codes
+(`forget_in_progress`, `source_forgotten`) describe the compatible surface:
+Testament has no hard forget, so it never sends them.
 """
 
 from collections import abc as _abc

@@ -547,6 +547,7 @@ export const DeploymentService: GenService<{
    * before anything is ingested.
    * Errors: 403 `credential may not perform this operation` for an `ingest`
    * credential (PERMISSION_DENIED).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.common.v1.DeploymentService.GetDeployment
    */
@@ -561,6 +562,7 @@ export const DeploymentService: GenService<{
    * Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
    * the gRPC health service reports NOT_SERVING); 503
    * {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+   * Reasons: DATABASE_DOWN.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CheckHealth
    */
@@ -577,6 +579,7 @@ export const DeploymentService: GenService<{
    * the default space.
    * Errors: 401 `a perimeter credential is required` / `perimeter
    * authentication failed` (UNAUTHENTICATED).
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.Authenticate
    */
@@ -593,6 +596,7 @@ export const DeploymentService: GenService<{
    * Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
    * read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
    * trusted key or principals outside the caller's.
+   * Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CreateKey
    */
@@ -605,6 +609,7 @@ export const DeploymentService: GenService<{
    * The keys of the caller's own space (prefix, scope, principals, state;
    * never a key).
    * Errors: none beyond the common ones.
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.ListKeys
    */
@@ -619,6 +624,7 @@ export const DeploymentService: GenService<{
    * Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
    * revoked key, or one of another space (never told apart);
    * INVALID_ARGUMENT for a non-UUID credential_id.
+   * Reasons: KEY_NOT_FOUND, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.RevokeKey
    */
@@ -634,6 +640,7 @@ export const DeploymentService: GenService<{
    * Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
    * INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
    * SPACE_EXISTS}.
+   * Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CreateSpace
    */
@@ -646,6 +653,7 @@ export const DeploymentService: GenService<{
    * The spaces the caller may know of: every space for the operator, the
    * caller's own space for anyone else (other tenants are never named).
    * Errors: none beyond the common ones.
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.ListSpaces
    */

@@ -353,7 +353,7 @@ export const ExpandedEntitySchema: GenMessage<ExpandedEntity> = /*@__PURE__*/
  * Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
  * (frontier_budget), 1,000 ms traversal (time_budget), the route's result
  * limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
- * process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+ * process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
  *
  * Clocks: `valid_at` and `believed_at` both or neither (default both = request
  * time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -378,6 +378,7 @@ export const GraphService: GenService<{
    * Negatives: entity not in the graph -> unknown_entity; no neighbour ->
    * known_empty; a foreign continuation -> boundary (200).
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.Neighborhood
    */
@@ -392,6 +393,7 @@ export const GraphService: GenService<{
    * nodes and edges distinct. Either entity missing -> unknown_entity; no
    * path -> known_empty.
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.Path
    */
@@ -408,6 +410,7 @@ export const GraphService: GenService<{
    * evidence_count 0, validity fields null). Mode current when chains are
    * found. Doc not live -> unknown_entity; no chain -> known_empty.
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.CitationPath
    */
@@ -424,6 +427,7 @@ export const GraphService: GenService<{
    * Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
    * outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
    * ready (the caller answers with a `boundary` negative).
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.ExpandEntities
    */

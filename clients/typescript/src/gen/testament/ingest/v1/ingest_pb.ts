@@ -128,7 +128,7 @@ export type UploadOptions = Message<"testament.ingest.v1.UploadOptions"> & {
    * X-Ingest-Principal-Kind header: user | api_credential | service. A raw
    * string on purpose: outside trusted mode attribution is silently ignored,
    * so an invalid value must not be refused by the gateway; in trusted mode
-   * (REMEMBERSTACK_SELFHOST_TRUSTED_PRINCIPAL_SOURCE=true and auth off or a
+   * (TESTAMENT_TRUSTED_PRINCIPAL_SOURCE=true and auth off or a
    * `write` credential) the service 422s `invalid_ingest_principal`.
    *
    * @generated from field: optional string principal_kind = 9;
@@ -1036,7 +1036,7 @@ export const IngestService: GenService<{
    * when given (see UploadOptions). Returns the version in force.
    * Errors: 411 `length_required` (no Content-Length / expected_size while a
    * body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
-   * REMEMBERSTACK_SELFHOST_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
+   * TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
    * `source_forgotten` (hard-forgotten bytes or pair; permanent;
    * FAILED_PRECONDITION);
    * 422 `source_kind and source_ref must be supplied together`, 422 `source
@@ -1048,6 +1048,10 @@ export const IngestService: GenService<{
    * versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
    * {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
    * own bounded retries; nothing recorded, safe to resend (ABORTED).
+   * Reasons: OPTIONS_FIRST, OPTIONS_TWICE, BODY_TOO_LARGE, NOT_UTC,
+   * SOURCE_PAIR_INCOMPLETE, SOURCE_LINEAGE_REQUIRES_PAIR, PRINCIPAL_NOT_HELD,
+   * PRINCIPAL_INCOMPLETE, INVALID_INGEST_PRINCIPAL, DOCUMENT_NOT_VISIBLE,
+   * OBJECT_STORE_UNAVAILABLE.
    *
    * @generated from rpc testament.ingest.v1.IngestService.Upload
    */
@@ -1062,6 +1066,7 @@ export const IngestService: GenService<{
    * An unknown version id is not an error (all its stages `missing`).
    * Errors: 422 validation list for an empty or >1000 list, a non-UUID, a
    * missing `require` member or an unknown field (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.ingest.v1.IngestService.GetReadiness
    */
@@ -1077,6 +1082,7 @@ export const IngestService: GenService<{
    * `dead_letter`. Clients replace the polling of `wait_for_readiness`.
    * Errors: as GetReadiness; the client's deadline ends the stream with
    * DEADLINE_EXCEEDED.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.ingest.v1.IngestService.WatchReadiness
    */
@@ -1091,6 +1097,7 @@ export const IngestService: GenService<{
    * never listed. For gRPC callers `cursor` is the page token.
    * Errors: 400 `cursor is malformed` (INVALID_ARGUMENT); 422 validation list
    * for limit or status (INVALID_ARGUMENT).
+   * Reasons: CURSOR_MALFORMED.
    *
    * @generated from rpc testament.ingest.v1.IngestService.ListDocuments
    */
@@ -1113,6 +1120,7 @@ export const IngestService: GenService<{
    * the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
    * A deletion wins over processing: stages of the document's versions still
    * running finish as `skipped` and write nothing.
+   * Reasons: DOCUMENT_NOT_FOUND.
    *
    * @generated from rpc testament.ingest.v1.IngestService.DeleteDocument
    */

@@ -659,6 +659,7 @@ export const PipelineService: GenService<{
    * Lists dead-lettered work units (attempts exhausted), newest first.
    * Errors: INVALID_ARGUMENT for a malformed cursor, limit outside 1-200 or a
    * non-UUID version_id.
+   * Reasons: CURSOR_MALFORMED.
    *
    * @generated from rpc testament.pipeline.v1.PipelineService.ListDeadLetters
    */
@@ -675,6 +676,7 @@ export const PipelineService: GenService<{
    * FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
    * {reason VERSION_DELETED} its version was deleted (deletion wins);
    * INVALID_ARGUMENT attempts outside 1-10.
+   * Reasons: WORK_UNIT_NOT_FOUND, NOT_DEAD_LETTER, VERSION_DELETED.
    *
    * @generated from rpc testament.pipeline.v1.PipelineService.ReplayDeadLetter
    */
@@ -688,6 +690,7 @@ export const PipelineService: GenService<{
    * defer_reason no_route whose bytes' MIME now has a converter route.
    * Versions whose MIME still has no route stay parked and are not listed.
    * Errors: none beyond the common ones.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.pipeline.v1.PipelineService.ResumeNoRoute
    */
@@ -699,6 +702,7 @@ export const PipelineService: GenService<{
   /**
    * Counts queued work by stage x status x defer_reason (one consistent read).
    * Errors: none beyond the common ones.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.pipeline.v1.PipelineService.InspectQueue
    */
@@ -713,6 +717,7 @@ export const PipelineService: GenService<{
    * token and is not routed by the gateway). Receipts are ordered by cursor.
    * Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
    * outside 1-500.
+   * Reasons: CURSOR_MALFORMED.
    *
    * @generated from rpc testament.pipeline.v1.PipelineService.ListCostReceipts
    */

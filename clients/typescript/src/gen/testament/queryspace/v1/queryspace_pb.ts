@@ -2488,6 +2488,7 @@ export const QuerySpaceService: GenService<{
    * Every statement problem (all 27 codes incl. quota_exceeded,
    * concurrency_exceeded and SQL text over 65,536 bytes -> invalid_parameter)
    * comes back INSIDE a 200 result, never as an error status.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.RunSql
    */
@@ -2501,6 +2502,7 @@ export const QuerySpaceService: GenService<{
    * returns one row holding the `EXPLAIN (FORMAT JSON)` plan; search
    * functions are not called. `max_rows` is an unknown field here (422).
    * Errors: as RunSql.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.ExplainSql
    */
@@ -2513,6 +2515,7 @@ export const QuerySpaceService: GenService<{
    * GET /query/space: the checked-in manifest (never data), the same for
    * every deployment of a release.
    * Errors: 422 validation list for a non-boolean include_examples (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.DescribeQuerySpace
    */
@@ -2527,6 +2530,7 @@ export const QuerySpaceService: GenService<{
    * Errors: 422 {code:"invalid_parameter", message:"query must be non-empty"}
    * for a whitespace-only query (INVALID_ARGUMENT); 422 validation list for k
    * outside 1-25 (INVALID_ARGUMENT).
+   * Reasons: INVALID_PARAMETER.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.SearchQuerySpace
    */
@@ -2541,6 +2545,7 @@ export const QuerySpaceService: GenService<{
    * disabled; status=draft: the latest draft per query. The HTTP body is a
    * bare JSON array.
    * Errors: 422 validation list for an unknown status (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.ListSavedQueries
    */
@@ -2554,6 +2559,7 @@ export const QuerySpaceService: GenService<{
    * active one). Identifiers match ^[a-z][a-z0-9_]*$ (enforced by clients).
    * Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 validation
    * list for a non-integer version (INVALID_ARGUMENT).
+   * Reasons: SAVED_QUERY_NOT_FOUND.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.DescribeSavedQuery
    */
@@ -2573,6 +2579,8 @@ export const QuerySpaceService: GenService<{
    * {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
    * validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
    * registry is unreadable (INTERNAL).
+   * Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+   * SAVED_QUERY_REVALIDATION_PENDING, EXECUTION_ERROR.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.RunSavedQuery
    */
@@ -2590,6 +2598,7 @@ export const QuerySpaceService: GenService<{
    * identity and columns, no rows), the rows in `rows` batches in order, then
    * one `trailer`: the complete QueryResult without rows (counts, truncation,
    * outcome). A rejected or failed statement sends only the trailer.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.ExportSql
    */
@@ -2605,6 +2614,7 @@ export const QuerySpaceService: GenService<{
    * Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
    * SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
    * identifier (INVALID_ARGUMENT).
+   * Reasons: INVALID_ARGUMENT, SAVED_QUERY_INCOMPATIBLE.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.CreateSavedQuery
    */
@@ -2621,6 +2631,8 @@ export const QuerySpaceService: GenService<{
    * {code:"saved_query_disabled"} for the author approving, or a version in
    * another status; 409 {code:"saved_query_incompatible"} when the SQL no
    * longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+   * Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+   * SAVED_QUERY_INCOMPATIBLE.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.ApproveSavedQuery
    */
@@ -2633,6 +2645,7 @@ export const QuerySpaceService: GenService<{
    * Disables or deprecates one version. Needs `write`; no HTTP route.
    * Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
    * status (INVALID_ARGUMENT).
+   * Reasons: INVALID_ARGUMENT, SAVED_QUERY_NOT_FOUND.
    *
    * @generated from rpc testament.queryspace.v1.QuerySpaceService.SetSavedQueryStatus
    */

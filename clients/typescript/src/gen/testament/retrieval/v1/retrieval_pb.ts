@@ -1136,6 +1136,7 @@ export const RetrievalService: GenService<{
    * GET /operations: the 4 assured-operation descriptors in registry order
    * (resolve_entity, claims_and_sources_context, facts_context,
    * combined_context). The HTTP body is a bare JSON array.
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.ListOperations
    */
@@ -1155,6 +1156,7 @@ export const RetrievalService: GenService<{
    * range), or `candidate_k cannot be smaller than k` (INVALID_ARGUMENT);
    * 422 validation list for a non-object body (INVALID_ARGUMENT); 503
    * `model provider unavailable` (UNAVAILABLE).
+   * Reasons: UNKNOWN_OPERATION, INVALID_PARAMETER, MODEL_PROVIDER_UNAVAILABLE.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.RunOperation
    */
@@ -1173,6 +1175,7 @@ export const RetrievalService: GenService<{
    * boundary.
    * Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
    * unavailable` (T3; UNAVAILABLE).
+   * Reasons: MODEL_PROVIDER_UNAVAILABLE.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.Resolve
    */
@@ -1190,6 +1193,7 @@ export const RetrievalService: GenService<{
    * Temporal mode `at` when valid_at is given, else `current`.
    * Errors: 422 validation list for a UUID, timestamp, non-zero offset or k
    * (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.LookupRelations
    */
@@ -1206,6 +1210,7 @@ export const RetrievalService: GenService<{
    * truncation, dropped_by_hydration, negative (known_empty).
    * Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
    * unavailable` (UNAVAILABLE).
+   * Reasons: MODEL_PROVIDER_UNAVAILABLE.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.LookupObservations
    */
@@ -1220,6 +1225,7 @@ export const RetrievalService: GenService<{
    * evidence = supporting claims with spans; sources = SourceRecords.
    * Unknown id -> unknown_entity.
    * Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.HydrateRelation
    */
@@ -1233,6 +1239,7 @@ export const RetrievalService: GenService<{
    * a relation, oldest first. Grain composite; truncation always present.
    * No decisions OR an unknown id -> known_empty.
    * Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.TranscriptRelation
    */
@@ -1249,6 +1256,7 @@ export const RetrievalService: GenService<{
    * SearchRequest {query 1-4096, k, channel}, unknown fields -> 422.
    * Errors: 422 validation list for query, k or channel (INVALID_ARGUMENT);
    * 503 `model provider unavailable` (semantic; UNAVAILABLE).
+   * Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.SearchClaims
    */
@@ -1261,6 +1269,7 @@ export const RetrievalService: GenService<{
    * GET or POST /search/chunks: as SearchClaims over chunks; chunks = <= k
    * ChunkEvidenceResult in rank order.
    * Errors: as SearchClaims.
+   * Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.SearchChunks
    */
@@ -1277,6 +1286,7 @@ export const RetrievalService: GenService<{
    * unknown_entity; nothing confirmable -> known_empty.
    * Errors: 422 validation list for UUID or window, or an unknown POST field
    * (INVALID_ARGUMENT).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.AdjacentChunks
    */
@@ -1294,6 +1304,7 @@ export const RetrievalService: GenService<{
    * the subscriber fell too far behind), it sends one `overrun` message and
    * ends the stream with OK; the client re-reads state and resubscribes.
    * Errors: INVALID_ARGUMENT for a malformed cursor or an UNSPECIFIED kind.
+   * Reasons: INVALID_PARAMETER.
    *
    * @generated from rpc testament.retrieval.v1.RetrievalService.WatchChanges
    */
