@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import datetime as dt
 import hashlib
 import time
 import uuid
@@ -439,7 +438,3 @@ class Worker:
                     return
             except Exception:  # noqa: BLE001 - a missed renewal only risks a re-run
                 continue
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)

@@ -4,9 +4,6 @@ temporal matches, and reciprocal rank fusion. Pure: no transport, no driver."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
-import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -210,10 +207,6 @@ def validate_arguments(name: str, arguments: Mapping[str, Any]) -> dict[str, Any
     if name == "claims_and_sources_context" and out["candidate_k"] < out["k"]:
         raise _invalid("candidate_k cannot be smaller than k")
     return out
-
-
-def descriptor_hash(op: Operation) -> str:
-    return hashlib.sha256(json.dumps(op.input_schema, sort_keys=True).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------
@@ -446,10 +439,6 @@ def is_temporal_question(question: str) -> bool:
 def mentions_time(text: str) -> bool:
     """Does a passage state a date, a time, a weekday or a duration (turn heads aside)?"""
     return bool(_TIME_EXPRESSION.search(_TURN_HEAD.sub("", text)))
-
-
-def bm25_idf(n: int, df: int) -> float:
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def validation(field_name: str, message: str, kind: str, value: Any, ctx: dict[str, Any] | None = None

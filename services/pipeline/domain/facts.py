@@ -155,10 +155,6 @@ def _change_kind(text: str) -> str:
     return "none"
 
 
-def _subject_and_rest(text: str, start: int) -> str:
-    return text[:start]
-
-
 def _names_in(text: str) -> list[str]:
     names = []
     for match in _NAME.finditer(text):
