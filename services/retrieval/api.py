@@ -13,9 +13,10 @@ from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
+from services.platform.values import bounded_int
 from services.platform.wire import optional
 from services.retrieval.app import Retrieval, struct
-from services.retrieval.domain import OPERATIONS, bounded_int
+from services.retrieval.domain import OPERATIONS
 from services.retrieval.primitives import Primitives
 
 _GRAINS = {"fact": types_pb2.GRAIN_FACT, "evidence": types_pb2.GRAIN_EVIDENCE}

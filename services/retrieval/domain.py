@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.platform.errors import FieldViolation, InvalidArgument, NotFound, ValidationFailed
+from services.platform.errors import InvalidArgument, NotFound
 from services.platform.text import normalize_name
 
 RRF_K = 60
@@ -439,20 +439,3 @@ def is_temporal_question(question: str) -> bool:
 def mentions_time(text: str) -> bool:
     """Does a passage state a date, a time, a weekday or a duration (turn heads aside)?"""
     return bool(_TIME_EXPRESSION.search(_TURN_HEAD.sub("", text)))
-
-
-def validation(field_name: str, message: str, kind: str, value: Any, ctx: dict[str, Any] | None = None
-               ) -> ValidationFailed:
-    return ValidationFailed([FieldViolation(field_name, message, kind, value, ctx)])
-
-
-def bounded_int(name: str, value: int | None, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if value < low:
-        raise validation(name, f"Input should be greater than or equal to {low}", "greater_than_equal", value,
-                         {"ge": low})
-    if value > high:
-        raise validation(name, f"Input should be less than or equal to {high}", "less_than_equal", value,
-                         {"le": high})
-    return value

@@ -12,9 +12,9 @@ from typing import Any
 from testament.common.v1 import types_pb2 as t
 from testament.retrieval.v1 import retrieval_pb2
 
-from services.ingest.domain import parse_utc
 from services.platform.auth import Caller
 from services.platform.errors import Conflict
+from services.platform.values import parse_utc
 from services.platform.wire import enum_value
 from services.retrieval import adapters as db
 from services.retrieval.app import (
