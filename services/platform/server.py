@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ class Servicer:
     impl: object
 
 
-Background = Callable[[asyncio.Event], Awaitable[None]]
+Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
 @dataclass

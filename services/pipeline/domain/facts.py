@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from services.platform.text import fold, normalize_name
 
@@ -142,7 +142,7 @@ class AssertionDraft:
     change_kind: str = "none"  # none | succession | correction | negation
     previous_object: str | None = None  # "moved from <previous_object> to <object>"
     previous_value: str | None = None  # a correction's old value ("from 8 June to 9 June")
-    features: dict[str, object] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
 
 
 def _change_kind(text: str) -> str:
