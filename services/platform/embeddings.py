@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 import httpx
 
 from services.platform.provider_http import error_message, retry_after
+from services.platform.settings import default_model_cache
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -162,15 +163,6 @@ class HashEmbeddings:
 
 
 # ------------------------------------------------------------ sentence-transformers
-
-
-def default_model_cache() -> Path:
-    """Where packaged model weights are unpacked: $TESTAMENT_MODEL_CACHE, else the user cache."""
-    explicit = os.environ.get("TESTAMENT_MODEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "testament" / "models"
 
 
 def packaged_model_zip() -> Path:
@@ -590,8 +582,9 @@ def provider_from_settings(settings: Any) -> EmbeddingProvider:
         return build_embedding_provider("openai", base_url=settings.openai_base_url, api_key=settings.openai_api_key,
                                         model=settings.openai_embedding_model, timeout_s=settings.openai_timeout_s,
                                         dimension=settings.embedding_dimension)
+    cache_dir = settings.model_cache or default_model_cache()
     if settings.embedding_provider == "sentence-transformers":
-        return build_embedding_provider("sentence-transformers")
+        return build_embedding_provider("sentence-transformers", cache_dir=cache_dir)
     if settings.embedding_provider == "minilm":
-        return build_embedding_provider("minilm", batch_size=min(settings.embed_batch_size, 256))
+        return build_embedding_provider("minilm", batch_size=min(settings.embed_batch_size, 256), cache_dir=cache_dir)
     return build_embedding_provider("hash", dimension=settings.embedding_dimension)
