@@ -6,6 +6,7 @@ from services.platform.auth import Caller
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import provider_from_settings
+from services.platform.ledger import CostLedger, LedgeredEmbeddings
 from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -19,7 +20,7 @@ from services.retrieval.adapters import SearchLegs
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "queryspace")
     try:
-        embedder = provider_from_settings(settings)
+        embedder = LedgeredEmbeddings(provider_from_settings(settings), CostLedger(platform.db))
     except ValueError as exc:
         raise StartupError(f"testament-queryspace: {exc}") from None
     try:

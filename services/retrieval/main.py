@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.platform.bootstrap import open_platform
 from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
+from services.platform.ledger import CostLedger, LedgeredEmbeddings
 from services.platform.redaction import output_redaction
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -18,7 +19,7 @@ from services.retrieval.primitives import Primitives
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "retrieval")
     try:
-        embedder = provider_from_settings(settings)
+        embedder = LedgeredEmbeddings(provider_from_settings(settings), CostLedger(platform.db))
     except ValueError as exc:
         raise StartupError(f"testament-retrieval: {exc}") from None
     try:
