@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 
 import httpx
 
+from services.platform.db import remaining_timeout
 from services.platform.provider_http import error_message, retry_after
 from services.platform.settings import default_model_cache
 
@@ -470,13 +471,14 @@ class OpenAIEmbeddings:
         if self.request_dimensions:
             body["dimensions"] = self.dimension
         started = time.perf_counter()
+        budget = remaining_timeout(self.timeout_s)  # a query's embedding gets what is left of its deadline
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(budget):
                 response = await self._client.post(f"{self.base_url}/embeddings", json=body)
                 await response.aread()
         except (TimeoutError, httpx.TimeoutException):
             await self._record(0, started, "timeout")
-            raise EmbeddingUnavailable(f"embedding request timed out after {self.timeout_s:g} s",
+            raise EmbeddingUnavailable(f"embedding request timed out after {budget:g} s",
                                        retryable=True, outcome="timeout") from None
         except httpx.HTTPError as exc:
             await self._record(0, started, "unreachable")
