@@ -23,6 +23,7 @@ from services.platform.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     TestamentError,
     ValidationFailed,
 )
@@ -178,7 +179,7 @@ def default_title(filename: str) -> str:
 
 
 def body_too_large() -> TestamentError:
-    return TestamentError(BODY_TOO_LARGE, reason="BODY_TOO_LARGE", http_status=413)
+    return ResourceExhausted(BODY_TOO_LARGE, reason="BODY_TOO_LARGE", http_status=413)
 
 
 def document_not_found() -> NotFound:

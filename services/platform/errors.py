@@ -134,6 +134,12 @@ class Unauthenticated(TestamentError):
     reason = "UNAUTHENTICATED"
 
 
+class ResourceExhausted(TestamentError):
+    code = Code.RESOURCE_EXHAUSTED
+    http_status = 429
+    reason = "RESOURCE_EXHAUSTED"
+
+
 class Unavailable(TestamentError):
     code = Code.UNAVAILABLE
     http_status = 503

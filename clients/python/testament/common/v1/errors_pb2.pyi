@@ -93,6 +93,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """PERMISSION_DENIED / 403. The caller may not do this."""
     ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 26
     """UNAUTHENTICATED / 401. The caller is not known."""
+    ERROR_REASON_RESOURCE_EXHAUSTED: _ErrorReason.ValueType  # 27
+    """RESOURCE_EXHAUSTED / 429. A limit was reached; retry later."""
     ERROR_REASON_UNAVAILABLE: _ErrorReason.ValueType  # 28
     """UNAVAILABLE / 503. A dependency does not answer; retry later."""
     ERROR_REASON_UNIMPLEMENTED: _ErrorReason.ValueType  # 29
@@ -266,6 +268,8 @@ ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 25
 """PERMISSION_DENIED / 403. The caller may not do this."""
 ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 26
 """UNAUTHENTICATED / 401. The caller is not known."""
+ERROR_REASON_RESOURCE_EXHAUSTED: ErrorReason.ValueType  # 27
+"""RESOURCE_EXHAUSTED / 429. A limit was reached; retry later."""
 ERROR_REASON_UNAVAILABLE: ErrorReason.ValueType  # 28
 """UNAVAILABLE / 503. A dependency does not answer; retry later."""
 ERROR_REASON_UNIMPLEMENTED: ErrorReason.ValueType  # 29
