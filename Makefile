@@ -14,7 +14,7 @@ endif
 REMEMBER_VENV := .venv-remember
 GENERATED := clients/python/testament clients/typescript/src/gen
 
-.PHONY: install run test test-python test-ts generate check-generated lint bench clean
+.PHONY: install run test test-python test-ts generate check-generated lint bench bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,10 @@ test: install lint check-generated test-python test-ts
 bench: install
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; } || true
 	$(BIN)/python -m bench
+
+# The read path at TESTAMENT_BENCH_CLAIMS claims (default 1,000,000; bench/bench_scale.py).
+bench-scale: install
+	$(BIN)/python -m bench scale
 
 clean:
 	rm -rf $(VENV) $(REMEMBER_VENV) node_modules .data

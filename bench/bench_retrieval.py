@@ -175,7 +175,10 @@ def synthetic(space: uuid.UUID, claims: int, vocab: Vocabulary, tag: int, seed: 
     rng = random.Random(seed)
     new_id = Ids(tag)
     corpus = Corpus(space, [])
-    names = rng.sample([f"{f} {s}" for f in FIRST_NAMES for s in vocab.surnames], claims // 10)
+    pool = [f"{f} {s}" for f in FIRST_NAMES for s in vocab.surnames]
+    if claims // 10 > len(pool):  # beyond ~128k claims: double-barrelled surnames too
+        pool += [f"{f} {s}-{t}" for f in FIRST_NAMES for s in vocab.surnames[:40] for t in vocab.surnames]
+    names = rng.sample(pool, claims // 10)
     people: list[list[uuid.UUID]] = [[] for _ in range(TOPICS)]
     for i, name in enumerate(names):
         entity = new_id()
@@ -373,7 +376,10 @@ async def copy(conn: asyncpg.Connection, table: str, columns: Sequence[str], rec
 
 
 async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, model: str,
-               embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None) -> None:
+               embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None, *, with_postings: bool = True
+               ) -> None:
+    """Bulk-load a corpus (COPY, triggers off). ``with_postings=False`` leaves the BM25 rows to
+    the pipeline's writer (``index_text``), as the smoke test and ``bench-scale`` do."""
     space = corpus.space
     now = dt.datetime.now(dt.UTC)
     objects, documents, versions, reps, chunk_rows, claim_rows, mentions, evidence = [], [], [], [], [], [], [], []
@@ -443,7 +449,7 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
             ("entity", entity_ids, entity_tf, [None] * len(entity_ids))):
         for target, (counts, length), doc in zip(ids, tfs, docs, strict=True):
             bm25_docs.append((space, kind, target, doc, length))
-            postings.extend((space, kind, term, target, tf) for term, tf in counts.items())
+            postings.extend((space, kind, term, target, tf, length) for term, tf in counts.items())
     past = now - dt.timedelta(days=30)
     async with conn.transaction():
         # Bulk load: no change-feed triggers, no per-row foreign-key checks (the rows are consistent).
@@ -453,6 +459,9 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
         await copy(conn, "content_objects", ("space_id", "content_hash", "byte_size", "mime", "object_key"), objects)
         await copy(conn, "documents", ("doc_id", "space_id", "source_kind", "identity_hash", "title",
                                        "versioning_mode", "acl"), documents)
+        # What the documents' ACL trigger would have noted (triggers are off here).
+        await conn.execute("INSERT INTO acl_principals (space_id, principal) SELECT DISTINCT space_id, unnest(acl) "
+                           "FROM documents WHERE space_id = $1 ON CONFLICT DO NOTHING", space)
         await copy(conn, "document_versions", ("version_id", "doc_id", "space_id", "version_no", "content_hash",
                                                "status"), versions)
         await copy(conn, "representations", ("representation_id", "space_id", "version_id", "object_key",
@@ -485,9 +494,14 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
                      "day" if f.window else "unknown", past if f.invalidated else None,
                      len(fact_docs[f.fact_id]), fact_vec[i], DIM, model) for i, f in enumerate(corpus.facts)])
         await copy(conn, "fact_evidence", ("fact_id", "claim_id", "stance", "space_id", "doc_id"), evidence)
-        await copy(conn, "bm25_docs", ("space_id", "target_kind", "target_id", "doc_id", "length"), bm25_docs)
-        await copy(conn, "bm25_postings", ("space_id", "target_kind", "term", "target_id", "tf"), postings)
-    log(f"space {space}: {len(postings):,} postings; COPY took {time.perf_counter() - started:.1f}s")
+        if with_postings:
+            await copy(conn, "bm25_docs", ("space_id", "target_kind", "target_id", "doc_id", "length"), bm25_docs)
+            await copy(conn, "bm25_postings", ("space_id", "target_kind", "term", "target_id", "tf", "length"),
+                       postings)
+            # The counters' triggers did not run under the replica role: count once.
+            await conn.execute("SELECT bm25_recount($1)", space)
+    log(f"space {space}: {len(postings) if with_postings else 0:,} postings; COPY took "
+        f"{time.perf_counter() - started:.1f}s")
 
 
 async def new_space(conn: asyncpg.Connection, slug: str) -> uuid.UUID:
@@ -802,19 +816,22 @@ async def rebuild_indexes(conn: asyncpg.Connection, definitions: list[str]) -> f
 
 @asynccontextmanager
 async def postings_unindexed(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """Millions of postings load faster into an unindexed table; the migration's primary key
-    and index are put back afterwards, with the same definitions."""
-    target = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'bm25_postings_target'")
+    """Millions of postings load faster into an unindexed table; the migrations' primary key
+    and indexes are put back afterwards, with the same definitions."""
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'bm25_postings' AND indexname <> 'bm25_postings_pkey'")]
     key = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
                               "'bm25_postings_pkey'")
     await conn.execute("ALTER TABLE bm25_postings DROP CONSTRAINT bm25_postings_pkey")
-    await conn.execute("DROP INDEX bm25_postings_target")
+    for definition in indexes:
+        await conn.execute(f"DROP INDEX {definition.split()[2]}")
     try:
         yield
     finally:
         await conn.execute("SET maintenance_work_mem = '512MB'")
         await conn.execute(f"ALTER TABLE bm25_postings ADD CONSTRAINT bm25_postings_pkey {key}")
-        await conn.execute(target)
+        for definition in indexes:
+            await conn.execute(definition)
         await conn.execute("RESET maintenance_work_mem")
 
 

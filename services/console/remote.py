@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from services.platform.envelopes import END_STREAM, end_stream_error, envelope, read_frames
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 USAGE, FAILED = 2, 1
@@ -58,24 +59,17 @@ class Remote:
         if timeout_s is not None:
             headers["connect-timeout-ms"] = str(max(1, int(timeout_s * 1000)))
         try:
-            with httpx.stream("POST", f"{self.url}/{rpc}", content=struct.pack(">BI", 0, len(payload)) + payload,
+            with httpx.stream("POST", f"{self.url}/{rpc}", content=envelope(payload),
                               headers=headers, timeout=None if timeout_s is None else timeout_s + 10) as reply:
                 if reply.status_code != 200:
                     raise CommandError(f"{rpc}: {reply.status_code} {reply.read().decode(errors='replace')[:200]}")
-                buffer = b""
-                for chunk in reply.iter_bytes():
-                    buffer += chunk
-                    while len(buffer) >= 5:
-                        flags, size = struct.unpack_from(">BI", buffer)
-                        if len(buffer) < 5 + size:
-                            break
-                        body, buffer = buffer[5:5 + size], buffer[5 + size:]
-                        if flags & 0x02:
-                            error = json.loads(body or b"{}").get("error")
-                            if error and error.get("code") != "deadline_exceeded":
-                                raise CommandError(f"{rpc}: {error.get('code')}: {error.get('message')}")
-                            return
-                        yield json.loads(body)
+                for flags, body in read_frames(reply.iter_bytes()):
+                    if flags & END_STREAM:
+                        error = end_stream_error(body)
+                        if error:
+                            raise CommandError(f"{rpc}: {error.get('code')}: {error.get('message')}")
+                        return
+                    yield json.loads(body)
         except httpx.HTTPError as exc:
             raise CommandError(f"cannot reach Testament at {self.url} ({type(exc).__name__})") from None
 

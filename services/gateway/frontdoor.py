@@ -17,7 +17,6 @@ import asyncio
 import base64
 import json
 import re
-import struct
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from services.gateway.bodies import BodyTimeout, BodyTooLarge, read_body
 from services.platform import contract, telemetry
+from services.platform.envelopes import COMPRESSED, END_STREAM, ENVELOPE, TRAILER, envelope
 
 # --- the method table -------------------------------------------------------------------
 
@@ -216,10 +216,6 @@ _CONNECT = {
     grpc.StatusCode.UNAUTHENTICATED: ("unauthenticated", 401),
 }
 
-_ENVELOPE = struct.Struct(">BI")
-_END_STREAM = 0x02
-_COMPRESSED = 0x01
-_TRAILER = 0x80
 # One message at most this large in either direction (as the gRPC channels allow).
 MAX_MESSAGE_BYTES = 64 << 20
 
@@ -263,13 +259,13 @@ def frames(body: bytes) -> list[tuple[int, bytes]]:
     """Split an enveloped body into (flags, payload)."""
     out, at = [], 0
     while at < len(body):
-        if len(body) - at < _ENVELOPE.size:
+        if len(body) - at < ENVELOPE.size:
             raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "truncated message envelope")
-        flags, size = _ENVELOPE.unpack_from(body, at)
-        at += _ENVELOPE.size
+        flags, size = ENVELOPE.unpack_from(body, at)
+        at += ENVELOPE.size
         if size > MAX_MESSAGE_BYTES or at + size > len(body):
             raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "truncated or oversized message")
-        if flags & _COMPRESSED:
+        if flags & COMPRESSED:
             raise ProtocolError(grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not supported")
         out.append((flags, body[at:at + size]))
         at += size
@@ -282,10 +278,6 @@ def _unbase64(raw: bytes) -> bytes:
         return b"".join(base64.b64decode(seg) for seg in re.findall(rb"[^=\s]+=*", raw))
     except ValueError:
         raise ProtocolError(grpc.StatusCode.INVALID_ARGUMENT, "the body is not base64") from None
-
-
-def envelope(payload: bytes, flags: int = 0) -> bytes:
-    return _ENVELOPE.pack(flags, len(payload)) + payload
 
 
 def decode_message(cls: type[Message], payload: bytes, codec: str) -> Message:
@@ -406,7 +398,7 @@ class HttpFrontDoor:
             if wire.text:
                 raw = _unbase64(raw)
             if wire.enveloped:
-                payloads = [p for flags, p in frames(raw) if not flags & (_END_STREAM | _TRAILER)]
+                payloads = [p for flags, p in frames(raw) if not flags & (END_STREAM | TRAILER)]
             else:
                 payloads = [raw]
             if not rpc.client_streaming and len(payloads) != 1:
@@ -450,9 +442,9 @@ class HttpFrontDoor:
         if wire.protocol == "connect" and not wire.enveloped:
             return Response(payload, status_code=200, media_type=wire.content_type)
         if wire.protocol == "connect":
-            data = envelope(payload) + envelope(b"{}", _END_STREAM)
+            data = envelope(payload) + envelope(b"{}", END_STREAM)
         else:
-            data = envelope(payload) + envelope(_OK_TRAILER, _TRAILER)
+            data = envelope(payload) + envelope(_OK_TRAILER, TRAILER)
         return Response(self._body(wire, data), status_code=200, media_type=wire.content_type)
 
     def _fail_early(self, wire: Wire, failure: Failure) -> Response:
@@ -464,8 +456,8 @@ class HttpFrontDoor:
     def _end(self, wire: Wire, failure: Failure | None) -> bytes:
         if wire.protocol == "connect":
             end: dict[str, Any] = {} if failure is None else {"error": failure.connect_json()}
-            return envelope(json.dumps(end).encode(), _END_STREAM)
-        return envelope(_OK_TRAILER if failure is None else failure.grpc_web_trailer(), _TRAILER)
+            return envelope(json.dumps(end).encode(), END_STREAM)
+        return envelope(_OK_TRAILER if failure is None else failure.grpc_web_trailer(), TRAILER)
 
     async def _stream(self, wire: Wire, call: Any) -> AsyncIterator[bytes]:
         failure: Failure | None = None

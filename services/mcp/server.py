@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import struct
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 
 from services.mcp.tools import BY_NAME, TOOLS, ArgumentError, ToolError, call_for, from_http, refusal
+from services.platform.envelopes import END_STREAM, aread_frames, end_stream_error, envelope
 
 SERVER_NAME = "testament"
 _VALIDATORS = {t.name: jsonschema.Draft202012Validator(t.schema) for t in TOOLS}
@@ -155,15 +155,13 @@ async def _recent_changes(http: httpx.AsyncClient, arguments: Mapping[str, Any],
     error: dict[str, Any] | None = None
     started = time.monotonic()
     try:
-        async with http.stream("POST", _WATCH, content=struct.pack(">BI", 0, len(payload)) + payload,
+        async with http.stream("POST", _WATCH, content=envelope(payload),
                                headers={**headers, "content-type": "application/connect+json",
                                         "connect-timeout-ms": str(max(1, int(wait_s * 1000)))},
                                timeout=wait_s + 10) as reply:
-            async for flags, message in _frames(reply.aiter_bytes()):
-                if flags & 0x02:
-                    end = json.loads(message or b"{}")
-                    if "error" in end and end["error"].get("code") != "deadline_exceeded":
-                        error = end["error"]
+            async for flags, message in aread_frames(reply.aiter_bytes()):
+                if flags & END_STREAM:
+                    error = end_stream_error(message)
                     break
                 event = json.loads(message)
                 if "overrun" in event:
@@ -180,18 +178,6 @@ async def _recent_changes(http: httpx.AsyncClient, arguments: Mapping[str, Any],
                   "unavailable": 503}.get(error.get("code", ""), 500)
         return from_http(status, error.get("message"), None)
     return {"changes": changes, "cursor": cursor}
-
-
-async def _frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
-    buffer = b""
-    async for chunk in chunks:
-        buffer += chunk
-        while len(buffer) >= 5:
-            flags, size = struct.unpack_from(">BI", buffer)
-            if len(buffer) < 5 + size:
-                break
-            yield flags, buffer[5:5 + size]
-            buffer = buffer[5 + size:]
 
 
 # --- transports -------------------------------------------------------------------------

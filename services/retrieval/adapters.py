@@ -19,6 +19,7 @@ import numpy as np
 
 from services.platform.auth import Caller
 from services.platform.text import query_tokens
+from services.retrieval import lexical
 
 DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
@@ -45,9 +46,11 @@ EXACT_SCAN_MAX = 20_000
 # RESTRICTED_EXACT_SCAN_MAX visible rows it therefore scans exactly (~110 ms at 30k rows);
 # beyond that the widened walk is the fallback.
 FULL_VIEW_SHARE = 0.9
+# Callers with more principals are first narrowed to the principals their space's ACLs use
+# (``Retrieval.audience``).
+DIRECT_PRINCIPALS_MAX = 64
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
-_BM25_K1, _BM25_B = 1.2, 0.75
 
 
 def principals(caller: Caller) -> list[str] | None:
@@ -198,35 +201,92 @@ class SearchLegs:
 
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
-        """True BM25: IDF over the space, term-frequency saturation (k1), length normalisation (b)."""
+        """Okapi BM25 (IDF over the space, k1 saturation, b length normalisation), top k of
+        what the caller may see, read from a bounded prefix of each term's impact-ordered
+        postings. The statistics are the writers' counters. The answer is the exhaustive
+        one whenever the threshold test proves it (plan ``bm25_exact``); when the prefix
+        cap is reached first it is the best of what was read (``bm25_bounded``)."""
         terms = sorted(set(query_tokens(text)))
         if not terms:
             return []
         t = _TARGETS[kind]
         extra, extra_args = filters.render(kind, 6)
-        rows = await conn.fetch(
-            f"""WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
-                                 FROM bm25_docs WHERE space_id = $1 AND target_kind = $3),
-                     df AS (SELECT term, count(*)::float AS df FROM bm25_postings
-                             WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
-                     scored AS (
-                        SELECT p.target_id,
-                               sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                                   * (p.tf * ({_BM25_K1} + 1))
-                                   / (p.tf + {_BM25_K1} * (1 - {_BM25_B} + {_BM25_B} * bd.length / stats.avgdl)))
-                                   AS score
-                          FROM bm25_postings p
-                          JOIN df ON df.term = p.term
-                          JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
-                          CROSS JOIN stats
-                         WHERE p.space_id = $1 AND p.target_kind = $3 AND p.term = ANY($4::text[])
-                         GROUP BY p.target_id)
-                SELECT s.target_id AS id, s.score FROM scored s
-                  JOIN {t['table']} ON {t['id']} = s.target_id
-                 WHERE {t['where']} {extra}
-                 ORDER BY s.score DESC, s.target_id LIMIT $5""",
-            caller.space_id, principals(caller), kind, terms, k, *extra_args)
-        return [(r["id"], float(r["score"])) for r in rows]
+        # Each round reads the first ``depth`` postings of every term by impact (bounded
+        # work whatever the caller sees), keeps the visible ones, and reports per term how
+        # many it read, the lowest impact read and the term's document frequency.
+        sql = f"""WITH prefix AS MATERIALIZED (
+                    SELECT q.term, p.target_id, p.tf, p.length, bm25_impact($3, p.tf, p.length) AS impact
+                      FROM unnest($4::text[]) AS q(term)
+                      CROSS JOIN LATERAL (
+                        SELECT target_id, tf, length FROM bm25_postings
+                         WHERE space_id = $1 AND target_kind = $3 AND term = q.term
+                         ORDER BY bm25_impact(target_kind, tf, length) DESC LIMIT $5) p),
+                  visible AS (
+                    SELECT {t['id']} AS id FROM {t['table']}
+                      JOIN (SELECT DISTINCT target_id FROM prefix) x ON x.target_id = {t['id']}
+                     WHERE {t['space']} = $1 AND {t['where']} {extra})
+                SELECT term, target_id, tf, length, NULL::float8 AS floor, NULL::bigint AS walked,
+                       NULL::bigint AS df FROM prefix WHERE target_id IN (SELECT id FROM visible)
+                UNION ALL
+                SELECT q.term, NULL, NULL, NULL, w.floor, coalesce(w.walked, 0),
+                       (SELECT coalesce(sum(df), 0) FROM bm25_df
+                         WHERE space_id = $1 AND target_kind = $3 AND term = q.term)
+                  FROM unnest($4::text[]) AS q(term)
+                  LEFT JOIN (SELECT term, min(impact) AS floor, count(*) AS walked FROM prefix GROUP BY term) w
+                         ON w.term = q.term"""
+        stats = await conn.fetchrow(
+            """SELECT (SELECT coalesce(sum(n), 0)::float8 FROM bm25_stats
+                        WHERE space_id = $1 AND target_kind = $2) AS n,
+                      (SELECT coalesce(sum(total_length), 0)::float8 FROM bm25_stats
+                        WHERE space_id = $1 AND target_kind = $2) AS total,
+                      (SELECT coalesce(sum(df), 0) FROM bm25_df
+                        WHERE space_id = $1 AND target_kind = $2 AND term = ANY($3::text[])) AS postings""",
+            caller.space_id, kind, terms)
+        n = float(stats["n"])
+        avgdl = max(stats["total"] / n, 1.0) if n else 1.0
+        if stats["postings"] <= lexical.BM25_EXHAUSTIVE_MAX:
+            # Few postings: scoring all of them in one statement is cheaper than proving a
+            # prefix (short, uniform texts give the threshold test little to prune).
+            where, where_args = filters.render(kind, 8)
+            rows = await conn.fetch(
+                f"""WITH q AS (SELECT term, ln(1 + ($5 - df + 0.5) / (df + 0.5)) AS idf
+                                 FROM (SELECT term, sum(df)::float8 AS df FROM bm25_df
+                                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[])
+                                        GROUP BY term) d),
+                         scored AS (
+                           SELECT p.target_id, sum(q.idf * (p.tf * (1.2 + 1))
+                                                   / (p.tf + 1.2 * (1 - 0.75 + 0.75 * p.length / $6::float8))) AS score
+                             FROM q JOIN bm25_postings p
+                               ON p.space_id = $1 AND p.target_kind = $3 AND p.term = q.term
+                            GROUP BY p.target_id)
+                    SELECT s.target_id AS id, s.score FROM scored s JOIN {t['table']} ON {t['id']} = s.target_id
+                     WHERE {t['where']} {where}
+                     ORDER BY s.score DESC, s.target_id LIMIT $7""",
+                caller.space_id, principals(caller), kind, terms, n, avgdl, k, *where_args)
+            self.plans.append("bm25_exhaustive")
+            return [(r["id"], float(r["score"])) for r in rows]
+        # What an unread posting's part can be at most, per unit of its stored impact (the
+        # tiny margin covers the impact's rounding to float8).
+        slack = max(1.0, avgdl / lexical.BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
+        depth = max(lexical.BM25_FIRST_DEPTH, 4 * k)
+        # The whole read is bounded, however many terms the query has.
+        deepest = max(depth, lexical.BM25_READ_MAX // len(terms))
+        while True:
+            rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, *extra_args)
+            prefixes = lexical.ThresholdTopK(rows, terms, n, avgdl, slack, depth)
+            final = depth >= deepest
+            wanted = prefixes.contenders(k, last=final)
+            if wanted:  # read targets whose other parts could still decide their place
+                prefixes.complete(wanted, await conn.fetch(
+                    "SELECT term, target_id, tf, length FROM bm25_postings WHERE space_id = $1 "
+                    "AND target_kind = $2 AND term = ANY($3::text[]) AND target_id = ANY($4::uuid[])",
+                    caller.space_id, kind, terms, wanted))
+            top, proven = prefixes.top(k)
+            if proven or final:
+                break
+            depth = prefixes.next_depth(depth, deepest)
+        self.plans.append("bm25_exact" if proven else "bm25_bounded")
+        return top
 
 
 # --------------------------------------------------------------------------------------
@@ -329,6 +389,14 @@ async def chunks(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UU
              WHERE c.space_id = $1 AND c.chunk_id = ANY($3::uuid[]) AND v.deleted_at IS NULL AND {DOC_VISIBLE}""",
         caller.space_id, principals(caller), list(ids))
     return {r["chunk_id"]: r for r in rows}
+
+
+async def chunk_ids_between(conn: asyncpg.Connection, version_id: uuid.UUID, first: int, last: int
+                            ) -> list[uuid.UUID]:
+    """The chunks of one version with ordinals in [first, last], in order (not yet confirmed)."""
+    rows = await conn.fetch("SELECT chunk_id FROM chunks WHERE version_id = $1 AND ordinal BETWEEN $2 AND $3 "
+                            "ORDER BY ordinal", version_id, first, last)
+    return [r["chunk_id"] for r in rows]
 
 
 async def entities(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID,

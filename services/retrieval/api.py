@@ -42,6 +42,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.retrieval = retrieval
         self.primitives = primitives
 
+    async def _caller(self) -> Any:
+        return await self.retrieval.audience(require_caller())
+
     async def ListOperations(self, request: retrieval_pb2.ListOperationsRequest,
                              context: grpc.aio.ServicerContext) -> retrieval_pb2.ListOperationsResponse:
         reply = retrieval_pb2.ListOperationsResponse()
@@ -59,7 +62,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def RunOperation(self, request: retrieval_pb2.RunOperationRequest,
                            context: grpc.aio.ServicerContext) -> retrieval_pb2.RunOperationResponse:
         arguments = json_format.MessageToDict(request.arguments) if request.HasField("arguments") else {}
-        result = await self.retrieval.run_operation(require_caller(), request.name, arguments, _forward(context))
+        result = await self.retrieval.run_operation(await self._caller(), request.name, arguments, _forward(context))
         if isinstance(result, types_pb2.ContextBundle):
             return retrieval_pb2.RunOperationResponse(context_bundle=result)
         return retrieval_pb2.RunOperationResponse(envelope=result)
@@ -70,13 +73,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         if len(ids) > 8:
             raise ValidationFailed([FieldViolation("context_entity_ids", "List should have at most 8 items",
                                                    "too_long", len(ids), {"max_length": 8})])
-        return retrieval_pb2.ResolveResponse(envelope=await self.retrieval.resolve(require_caller(), request.name,
+        return retrieval_pb2.ResolveResponse(envelope=await self.retrieval.resolve(await self._caller(), request.name,
                                                                                    ids))
 
     async def LookupRelations(self, request: retrieval_pb2.LookupRelationsRequest,
                               context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupRelationsResponse:
         env = await self.primitives.lookup_relations(
-            require_caller(),
+            await self._caller(),
             subject=uuid_field("subject_entity_id", request.subject_entity_id)
             if request.HasField("subject_entity_id") else None,
             obj=uuid_field("object_entity_id", request.object_entity_id)
@@ -88,18 +91,18 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def LookupObservations(self, request: retrieval_pb2.LookupObservationsRequest,
                                  context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupObservationsResponse:
         env = await self.primitives.lookup_observations(
-            require_caller(), uuid_field("entity_id", request.entity_id), optional(request, "property_query"),
+            await self._caller(), uuid_field("entity_id", request.entity_id), optional(request, "property_query"),
             bounded_int("k", optional(request, "k"), 10, 1, 400))
         return retrieval_pb2.LookupObservationsResponse(envelope=env)
 
     async def HydrateRelation(self, request: retrieval_pb2.HydrateRelationRequest,
                               context: grpc.aio.ServicerContext) -> retrieval_pb2.HydrateRelationResponse:
-        env = await self.primitives.hydrate(require_caller(), uuid_field("relation_id", request.relation_id))
+        env = await self.primitives.hydrate(await self._caller(), uuid_field("relation_id", request.relation_id))
         return retrieval_pb2.HydrateRelationResponse(envelope=env)
 
     async def TranscriptRelation(self, request: retrieval_pb2.TranscriptRelationRequest,
                                  context: grpc.aio.ServicerContext) -> retrieval_pb2.TranscriptRelationResponse:
-        env = await self.primitives.transcript(require_caller(), uuid_field("relation_id", request.relation_id))
+        env = await self.primitives.transcript(await self._caller(), uuid_field("relation_id", request.relation_id))
         return retrieval_pb2.TranscriptRelationResponse(envelope=env)
 
     def _search_args(self, request: Any) -> tuple[str, int, str]:
@@ -115,23 +118,24 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def SearchClaims(self, request: retrieval_pb2.SearchClaimsRequest,
                            context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchClaimsResponse:
         query, k, channel = self._search_args(request)
-        env = await self.primitives.search(require_caller(), "claim", query, k, channel)
+        env = await self.primitives.search(await self._caller(), "claim", query, k, channel)
         return retrieval_pb2.SearchClaimsResponse(envelope=env)
 
     async def SearchChunks(self, request: retrieval_pb2.SearchChunksRequest,
                            context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchChunksResponse:
         query, k, channel = self._search_args(request)
-        env = await self.primitives.search(require_caller(), "chunk", query, k, channel)
+        env = await self.primitives.search(await self._caller(), "chunk", query, k, channel)
         return retrieval_pb2.SearchChunksResponse(envelope=env)
 
     async def AdjacentChunks(self, request: retrieval_pb2.AdjacentChunksRequest,
                              context: grpc.aio.ServicerContext) -> retrieval_pb2.AdjacentChunksResponse:
         window = bounded_int("window", optional(request, "window"), 1, 1, 2)
-        env = await self.primitives.adjacent(require_caller(), uuid_field("chunk_id", request.chunk_id), window)
+        env = await self.primitives.adjacent(await self._caller(), uuid_field("chunk_id", request.chunk_id), window,
+                                             optional(request, "turn_id"))
         return retrieval_pb2.AdjacentChunksResponse(envelope=env)
 
     async def WatchChanges(self, request: retrieval_pb2.WatchChangesRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[retrieval_pb2.WatchChangesResponse]:
-        async for message in self.primitives.watch_changes(require_caller(), optional(request, "cursor"),
+        async for message in self.primitives.watch_changes(await self._caller(), optional(request, "cursor"),
                                                            list(request.kinds)):
             yield message

@@ -7,13 +7,16 @@ oracle computed inside PostgreSQL over the rows that principal may see:
 
 * a bare scoped query: the HNSW index walked first, the ACL applied as a WHERE
   post-filter (no iterative scan) — what most stacks do;
-* this service's plan (exact scan when few rows are eligible, iterative HNSW otherwise).
+* this service's plan (exact scan when few rows are eligible, iterative HNSW otherwise),
+  and which plan it chose for that principal (``testament_plans``: exact | hnsw, counted
+  over the sample queries).
 """
 
 from __future__ import annotations
 
 import statistics
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +33,13 @@ class PrincipalExposure:
     bare_recall: float
     plan_recall: float
     bare_empty: int
+    plans: dict[str, int]
 
     def as_json(self) -> dict[str, Any]:
         return {"principal": self.principal, "eligible_rows": self.eligible, "queries": self.queries,
                 "bare_scoped_recall_at_k": round(self.bare_recall, 4),
-                "testament_recall_at_k": round(self.plan_recall, 4), "bare_scoped_empty_results": self.bare_empty}
+                "testament_recall_at_k": round(self.plan_recall, 4), "bare_scoped_empty_results": self.bare_empty,
+                "testament_plans": self.plans}
 
 
 async def _oracle(conn: Any, caller: Caller, vector: Any, dim: int, k: int) -> list[uuid.UUID]:
@@ -75,6 +80,7 @@ async def check(db: Database, *, k: int = 10, queries: int = 20, max_principals:
         for row in principals:
             caller = Caller(space[0], Scope.READ, frozenset({row["p"]}))
             bare, plan, empty = [], [], 0
+            legs.plans.clear()
             async with db.transaction(isolation="repeatable_read", readonly=True) as conn:
                 eligible = await legs.eligible(conn, "claim", caller)
                 for sample in samples:
@@ -88,7 +94,7 @@ async def check(db: Database, *, k: int = 10, queries: int = 20, max_principals:
                     empty += 0 if found or not truth else 1
             if samples:
                 report.append(PrincipalExposure(row["p"], eligible, len(samples), statistics.mean(bare),
-                                                statistics.mean(plan), empty))
+                                                statistics.mean(plan), empty, dict(Counter(legs.plans))))
     worst = min((r.bare_recall for r in report), default=1.0)
     return {"k": k, "principals": [r.as_json() for r in report],
             "exposed": worst < 0.99,

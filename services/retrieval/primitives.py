@@ -13,7 +13,7 @@ from testament.common.v1 import types_pb2 as t
 from testament.retrieval.v1 import retrieval_pb2
 
 from services.platform.auth import Caller
-from services.platform.errors import Conflict
+from services.platform.errors import Conflict, FieldViolation, ValidationFailed
 from services.platform.values import parse_utc
 from services.platform.wire import enum_value
 from services.retrieval import adapters as db
@@ -26,7 +26,7 @@ from services.retrieval.app import (
     truncation,
     ts,
 )
-from services.retrieval.domain import CURRENT, TimeScope, Validity, holds
+from services.retrieval.domain import CURRENT, TimeScope, Validity, holds, turn_spans
 
 TRANSCRIPT_LIMIT = 40
 
@@ -185,7 +185,11 @@ class Primitives:
             negative(env, "known_empty", "nothing in memory matches the query")
         return env
 
-    async def adjacent(self, caller: Caller, chunk_id: uuid.UUID, window: int) -> t.Envelope:
+    async def adjacent(self, caller: Caller, chunk_id: uuid.UUID, window: int, turn_id: str | None = None
+                       ) -> t.Envelope:
+        """The chunks around a chunk: ``window`` chunks on each side, or, given one of its
+        conversation turns, the chunks holding the ``window`` turns on each side of that turn
+        (every chunk holds at least one whole turn, so they lie within ``window`` chunks)."""
         async with self.r.snapshot() as conn:
             now = await self.r._now(conn)
             env = envelope("evidence", CURRENT, now)
@@ -193,15 +197,19 @@ class Primitives:
             if target is None:
                 return negative(env, "unknown_entity", "no visible chunk has this id",
                                 "find chunks with search_chunks")
-            rows = await conn.fetch(
-                "SELECT chunk_id FROM chunks WHERE version_id = $1 AND ordinal BETWEEN $2 AND $3 ORDER BY ordinal",
-                target["version_id"], target["ordinal"] - window, target["ordinal"] + window)
-            found = await db.chunks(conn, caller, [r[0] for r in rows])
-        for r in rows:
-            if r[0] in found:
-                message = chunk_message(found[r[0]])
-                message.chunk_text = self.r.redact(message.chunk_text, caller)
-                env.chunks.append(message)
+            if turn_id is not None and turn_id not in [i for _, _, i in turn_spans(target["chunk_text"])]:
+                raise ValidationFailed([FieldViolation(
+                    "turn_id", "Input should be the id of one of the chunk's turns", "literal_error", turn_id)])
+            ids = await db.chunk_ids_between(conn, target["version_id"], target["ordinal"] - window,
+                                             target["ordinal"] + window)
+            found = await db.chunks(conn, caller, ids)
+        rows = [found[i] for i in ids if i in found]
+        if turn_id is not None:
+            rows = _around_turn(rows, chunk_id, turn_id, window)
+        for row in rows:
+            message = chunk_message(row)
+            message.chunk_text = self.r.redact(message.chunk_text, caller)
+            env.chunks.append(message)
         if not env.chunks:
             negative(env, "known_empty", "the chunk exists but nothing around it can be confirmed")
         return env
@@ -225,3 +233,12 @@ def _clear_evidence(env: t.Envelope) -> None:
     """Lookups return facts only (their evidence is one hydrate away)."""
     for name in ("evidence", "fact_evidence", "evidence_totals"):
         env.ClearField(name)
+
+
+def _around_turn(rows: list[Any], chunk_id: uuid.UUID, turn_id: str, window: int) -> list[Any]:
+    """Of consecutive chunks, those holding one of the ``window`` turns on either side of
+    ``turn_id`` (in the chunk ``chunk_id``), or that turn itself."""
+    turns = [(row["chunk_id"], turn) for row in rows for _, _, turn in turn_spans(row["chunk_text"])]
+    at = turns.index((chunk_id, turn_id))
+    wanted = {chunk for chunk, _ in turns[max(0, at - window):at + window + 1]}
+    return [row for row in rows if row["chunk_id"] in wanted]

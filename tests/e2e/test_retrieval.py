@@ -148,6 +148,25 @@ def test_bad_arguments_get_invalid_parameter(base: str, name: str, arguments: di
     assert detail["code"] == "invalid_parameter" and detail["message"].startswith(message)
 
 
+@pytest.mark.parametrize("operation", ["claims_and_sources_context", "facts_context", "combined_context"])
+def test_questions_no_index_can_answer_get_a_typed_answer_or_a_4xx_never_a_500(base: str, operation: str) -> None:
+    """The bad inputs of a real client: empty, 100 KB, only stopwords, only emoji, a name
+    nobody in the space has. Each is a 422 naming the argument, or a 200 envelope: evidence
+    or a documented negative."""
+    for query, status in (("", 422), ("word " * 20_000, 422), ("what was it that they did", 200),
+                          ("😀🎉😀", 200), ("Zebulon Quartermaine", 200)):
+        reply = httpx.post(f"{base}/operations/{operation}", json={"query": query}, timeout=30)
+        assert reply.status_code == status, (query[:40], reply.status_code, reply.text[:300])
+        if status == 422:
+            assert reply.json()["detail"]["message"].startswith("query violates"), reply.text
+            continue
+        body = reply.json()
+        envelopes = [body["claims_and_sources"], body["facts"]] if operation == "combined_context" else [body]
+        for env in envelopes:
+            assert env.get("evidence") or env.get("chunks") or env.get("facts") or env["negative"]["kind"], env
+    assert op(base, "resolve_entity", name="Zebulon Quartermaine")["negative"]["kind"] == "unknown_entity"
+
+
 def test_operation_routes_and_unknown_operations(base: str) -> None:
     listed = httpx.get(f"{base}/operations", timeout=10).json()
     assert [o["name"] for o in listed] == ["resolve_entity", "claims_and_sources_context", "facts_context",
@@ -178,6 +197,8 @@ def test_primitives_answer_with_typed_negatives(base: str) -> None:
     around = httpx.post(f"{base}/chunks/adjacent", json={"chunk_id": chunk["chunk_id"], "window": 2}).json()
     assert around["chunks"][0]["chunk_id"] == chunk["chunk_id"]
     assert httpx.get(f"{base}/chunks/{unknown}/adjacent").json()["negative"]["kind"] == "unknown_entity"
+    wrong_turn = httpx.get(f"{base}/chunks/{chunk['chunk_id']}/adjacent", params={"turn_id": "s9-9"})
+    assert wrong_turn.status_code == 422 and wrong_turn.json()["detail"][0]["loc"][-1] == "turn_id", wrong_turn.text
     nothing = httpx.get(f"{base}/search/claims", params={"query": "xylophone", "channel": "bm25"}).json()
     assert nothing["evidence"] == [] and nothing["negative"]["kind"] == "known_empty"
 

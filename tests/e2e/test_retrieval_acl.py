@@ -139,3 +139,6 @@ def test_the_exposure_check_reports_per_principal(loaded, tmp_path: Path) -> Non
     report = asyncio.run(run())
     assert {p["principal"] for p in report["principals"]} == set(TOPICS)
     assert all(p["testament_recall_at_k"] >= 0.99 for p in report["principals"])
+    # Which plan each principal set got, over its sample queries.
+    assert all(sum(p["testament_plans"].values()) == p["queries"] and set(p["testament_plans"]) <= {"exact", "hnsw"}
+               for p in report["principals"])

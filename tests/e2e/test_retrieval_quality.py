@@ -20,8 +20,9 @@ from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
-from services.platform.errors import Conflict, InvalidArgument
+from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
 from services.retrieval.app import Retrieval
+from services.retrieval.domain import turn_spans
 from services.retrieval.primitives import Primitives
 from tests.conftest import clone_database
 from tests.e2e.test_pipeline import Pipeline
@@ -108,6 +109,46 @@ def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:
     assert rows
     for row in rows:
         assert any(line.startswith("[s") for line in row["chunk_text"].splitlines()), row["chunk_text"]
+
+
+def test_a_hit_widens_to_its_neighbouring_turns(ingested) -> None:
+    dsn, _, docs = ingested
+    conversations = [doc_id for doc_id, d in docs.items() if d.kind == "conversation"]
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            primitives = Primitives(Retrieval(db, HashEmbeddings(), None))
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            longest = await db.fetchval("SELECT doc_id FROM chunks WHERE doc_id = ANY($1::uuid[]) GROUP BY doc_id "
+                                        "ORDER BY count(*) DESC, doc_id LIMIT 1", conversations)
+            ids = [r["chunk_id"] for r in await db.fetch(
+                "SELECT chunk_id FROM chunks WHERE doc_id = $1 ORDER BY ordinal", longest)]
+            assert len(ids) >= 3
+            whole = await primitives.adjacent(caller, ids[1], 1)
+            assert [c.chunk_id for c in whole.chunks] == [str(i) for i in ids[:3]]
+            turns_of = {c.chunk_id: [t for _, _, t in turn_spans(c.chunk_text)] for c in whole.chunks}
+            turns = [(c.chunk_id, t) for c in whole.chunks for t in turns_of[c.chunk_id]]
+            for turn in turns_of[str(ids[1])]:
+                # One turn each side of it, whichever chunks hold them: never the whole window of chunks
+                # unless the turns reach that far.
+                at = turns.index((str(ids[1]), turn))
+                wanted = {chunk for chunk, _ in turns[max(0, at - 1):at + 2]}
+                widened = await primitives.adjacent(caller, ids[1], 1, turn)
+                assert [c.chunk_id for c in widened.chunks] == [c.chunk_id for c in whole.chunks
+                                                                if c.chunk_id in wanted]
+            first = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][0])
+            last = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][-1])
+            assert [c.chunk_id for c in first.chunks][:2] == [str(ids[0]), str(ids[1])]
+            assert [c.chunk_id for c in last.chunks][-2:] == [str(ids[1]), str(ids[2])]
+            if len(turns_of[str(ids[1])]) >= 3:  # a middle turn stays inside its own chunk
+                alone = await primitives.adjacent(caller, ids[1], 1, turns_of[str(ids[1])][1])
+                assert [c.chunk_id for c in alone.chunks] == [str(ids[1])]
+            with pytest.raises(ValidationFailed):
+                await primitives.adjacent(caller, ids[1], 1, "s99-99")
+        finally:
+            await db.close()
+    asyncio.run(run())
 
 
 def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanned(ingested) -> None:

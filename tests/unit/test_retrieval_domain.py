@@ -9,9 +9,11 @@ from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
     fuse_evidence,
+    fuse_facts,
     is_temporal_question,
     mentions_time,
     name_keys,
+    turn_spans,
     weights_for,
 )
 
@@ -70,3 +72,26 @@ def test_fusion_ranks_claims_and_passages_on_one_scale_with_shares_that_add_up()
 
 def test_each_kind_of_embedder_has_its_weights() -> None:
     assert weights_for("hash-384-v1") is not weights_for("sentence-transformers/all-MiniLM-L6-v2")
+
+
+def test_the_turns_of_a_passage() -> None:
+    passage = ("[s2-7 | 2026-02-28T10:51:19Z] Tom: The Telecaster goes in hand luggage.\n\n"
+               "[s2-8 | 2026-02-28T10:52:56Z] Priya: fair. I adopted a cat btw\n\n"
+               "Note: [not a turn | at all] here")
+    offset = 1000
+    turns = turn_spans(passage, offset)
+    assert [t for _, _, t in turns] == ["s2-7", "s2-8"]
+    second = passage.index("[s2-8")
+    assert turns[0] == (offset, offset + second, "s2-7") and turns[1][1] == offset + len(passage)
+    assert turn_spans("# Weekly notes\n\nNo turns in here.") == []
+
+
+def test_facts_fuse_by_the_same_machinery_and_a_named_entity_lifts_its_facts() -> None:
+    a, b, c = (uuid.uuid4() for _ in range(3))
+    legs = {"semantic": [a, b, c], "bm25": [b, a], "entity_profile": [c]}
+    plain = fuse_facts(legs, FusionWeights(k=60, depth=200))
+    assert [f.item_id for f in plain][:2] in ([a, b], [b, a]) and plain[-1].item_id == c
+    lifted = fuse_facts(legs, FusionWeights(k=60, depth=200, entity_lift=1.0), named=frozenset({c}))
+    assert lifted[0].item_id == c and lifted[0].signals["entity"] > 0
+    for fused in lifted:
+        assert abs(sum(fused.signals.values()) - fused.score) < 1e-12  # the ranking shows every share

@@ -504,8 +504,6 @@ async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Rec
 
 
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:
-    ids = [f["fact_id"] for f in facts]
-    await conn.execute("DELETE FROM bm25_postings WHERE target_kind = 'fact' AND target_id = ANY($1::uuid[])", ids)
     await index_text(conn, space_id, "fact", [(f["fact_id"], None, f["label"]) for f in facts])
 
 
@@ -531,8 +529,6 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
                                    updated_at = clock_timestamp() WHERE entity_id = $1""",
             entity_id, text, np.asarray(vector, dtype=np.float32) if vector else None,
             len(vector) if vector else None, model if vector else None)
-    await conn.execute("DELETE FROM bm25_postings WHERE target_kind = 'entity' AND target_id = ANY($1::uuid[])",
-                       list(profiles))
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in profiles.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
     await merges.propose_neighbours(conn, space_id, list(profiles))

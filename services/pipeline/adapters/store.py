@@ -303,7 +303,6 @@ class PgStageStore:
             [(derived_id("decision", chunk_id, extractor, i), source.space_id, source.version_id, chunk_id, d.kind,
               d.reason, d.char_start, d.char_end, d.detail, extractor) for i, d in enumerate(decisions)],
         )
-        await _delete_postings(conn, "claim", [r[0] for r in rows])
         await index_text(conn, source.space_id, "claim", [(r[0], source.doc_id, r[7]) for r in rows])
 
     # --- the cost ledger ----------------------------------------------------------------
@@ -331,13 +330,26 @@ async def index_text(conn: asyncpg.Connection, space_id: uuid.UUID, kind: str,
     for target_id, doc_id, text in items:
         counts, length = term_frequencies(text)
         docs.append((space_id, kind, target_id, doc_id, length))
-        postings.extend((space_id, kind, term, target_id, tf) for term, tf in counts.items())
-    await conn.executemany(
-        """INSERT INTO bm25_docs (space_id, target_kind, target_id, doc_id, length) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (target_kind, target_id) DO UPDATE SET length = EXCLUDED.length""", docs)
-    await conn.executemany(
-        """INSERT INTO bm25_postings (space_id, target_kind, term, target_id, tf) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (space_id, target_kind, term, target_id) DO UPDATE SET tf = EXCLUDED.tf""", postings)
+        postings.extend((space_id, kind, term, target_id, tf, length) for term, tf in counts.items())
+    # A target's postings are rewritten whole: each carries its target's length, so no
+    # posting of an earlier text may stay behind. One statement per table (the counters'
+    # triggers fire once per statement), terms in one order so that concurrent writers take
+    # the counter rows alike.
+    await conn.execute("DELETE FROM bm25_postings WHERE target_kind = $1 AND target_id = ANY($2::uuid[])", kind,
+                       [d[2] for d in docs])
+    postings.sort(key=lambda p: (p[2], p[3]))
+    await conn.execute(
+        """INSERT INTO bm25_docs (space_id, target_kind, target_id, doc_id, length)
+           SELECT $1, $2, t, d, l FROM unnest($3::uuid[], $4::uuid[], $5::int[]) AS x(t, d, l)
+           ON CONFLICT (target_kind, target_id) DO UPDATE SET length = EXCLUDED.length""",
+        space_id, kind, [d[2] for d in docs], [d[3] for d in docs], [d[4] for d in docs])
+    await conn.execute(
+        """INSERT INTO bm25_postings (space_id, target_kind, term, target_id, tf, length)
+           SELECT $1, $2, term, t, tf, l FROM unnest($3::text[], $4::uuid[], $5::int[], $6::int[])
+                                       AS x(term, t, tf, l)
+           """,
+        space_id, kind, [p[2] for p in postings], [p[3] for p in postings], [p[4] for p in postings],
+        [p[5] for p in postings])
 
 
 def draft_payload(drafts: Sequence[ClaimDraft], decisions: Sequence[Decision]) -> dict[str, Any]:

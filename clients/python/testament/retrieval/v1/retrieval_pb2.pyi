@@ -942,22 +942,34 @@ class AdjacentChunksRequest(_message.Message):
 
     CHUNK_ID_FIELD_NUMBER: _builtins.int
     WINDOW_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
     chunk_id: _builtins.str
     """Target chunk UUID."""
     window: _builtins.int
     """Default 1; 1 or 2."""
+    turn_id: _builtins.str
+    """Widen by conversation turns: the id of one of the target chunk's turns (the `s1-4` of
+    its `[s1-4 | <time>]` anchor). The window then counts turns on each side of that turn,
+    and the chunks holding them are returned, in order.
+    """
     def __init__(
         self,
         *,
         chunk_id: _builtins.str = ...,
         window: _builtins.int | None = ...,
+        turn_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_window", b"_window", "window", b"window"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "_window", b"_window", "turn_id", b"turn_id", "window", b"window"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_window", b"_window", "chunk_id", b"chunk_id", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "_window", b"_window", "chunk_id", b"chunk_id", "turn_id", b"turn_id", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__turn_id: _TypeAlias = _typing.Literal["turn_id"]  # noqa: Y015
+    _WhichOneofArgType__turn_id: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id"]  # noqa: Y015
     _WhichOneofReturnType__window: _TypeAlias = _typing.Literal["window"]  # noqa: Y015
     _WhichOneofArgType__window: _TypeAlias = _typing.Literal["_window", b"_window"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__turn_id) -> _WhichOneofReturnType__turn_id | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__window) -> _WhichOneofReturnType__window | None: ...
 
 Global___AdjacentChunksRequest: _TypeAlias = AdjacentChunksRequest  # noqa: Y015

@@ -1,0 +1,470 @@
+"""The read path at scale (`make bench-scale`; size from TESTAMENT_BENCH_CLAIMS, default 1M).
+
+One space of generated claims (bench_retrieval's topic generator: ten topics, ACLs
+``topic:N`` clustered by topic). The authority rows are bulk-loaded with the retrieval
+bench's loader; every BM25 row (postings, lengths, and through them the statistics
+counters) is written by the pipeline's writer ``index_text``, in transactions of 2,000
+targets like the pipeline's units, so the lexical index measured is the one the pipeline
+builds. Vectors are ``HashEmbeddings`` (384), HNSW indexes the migration's own.
+
+Printed, in-process (the use cases called directly, no gRPC), for a trusted caller and a
+caller who sees one topic (10%), and 30% for recall:
+
+* the four assured operations and search_claims per channel: p50/p95 and SQL statements
+  per call (counted by asyncpg's query logger on the snapshot's connection);
+* BM25 claim search: the service's bounded scan, the exhaustive Okapi query it replaced,
+  and ``ts_rank`` over a GIN full-text index (a user's baseline), with how often the
+  bounded scan proved its answer exact;
+* the baseline a user would write: plain HNSW (ef_search 40, the ACL as a post-filter)
+  plus ``ts_rank``, fused by RRF; latency and recall@10 of its vector half against the
+  exact oracle, beside the service's semantic leg;
+* halfvec: recall@10 of an HNSW index over ``embedding::halfvec(384)`` against the exact
+  oracle beside the float index, and the bytes per claim of table and indexes;
+* claims_and_sources_context at 1, 4 and 16 concurrent callers: p50/p95 and calls/s;
+* bad input: a query whose terms match every claim, a caller with 10,000 principals, k at
+  its maximum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import multiprocessing
+import os
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import numpy as np
+from pgvector.asyncpg import register_vector
+
+from bench import bench_retrieval as gen
+from bench._common import Row, percentiles, running_stack
+from services.pipeline.adapters.store import index_text
+from services.platform.auth import Caller, Scope
+from services.platform.db import Database
+from services.platform.embeddings import HashEmbeddings
+from services.retrieval import adapters
+from services.retrieval.adapters import CLAIM_VISIBLE
+from services.retrieval.app import Retrieval
+from services.retrieval.primitives import Primitives
+
+SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
+QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
+WARMUP = 5
+WRITE_BATCH = 2_000
+DIM = gen.DIM
+RRF_K = 60
+
+# The query the bounded scan replaced (the statistics recounted, every posting scored).
+EXHAUSTIVE = f"""
+WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
+                 FROM bm25_docs WHERE space_id = $1 AND target_kind = 'claim'),
+     df AS (SELECT term, count(*)::float AS df FROM bm25_postings
+             WHERE space_id = $1 AND target_kind = 'claim' AND term = ANY($3::text[]) GROUP BY term),
+     scored AS (
+        SELECT p.target_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * (p.tf * (1.2 + 1))
+                                / (p.tf + 1.2 * (1 - 0.75 + 0.75 * bd.length / stats.avgdl))) AS score
+          FROM bm25_postings p JOIN df ON df.term = p.term
+          JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
+          CROSS JOIN stats
+         WHERE p.space_id = $1 AND p.target_kind = 'claim' AND p.term = ANY($3::text[])
+         GROUP BY p.target_id)
+SELECT s.target_id AS id, s.score FROM scored s JOIN claims c ON c.claim_id = s.target_id
+ WHERE c.is_current_testimony AND {CLAIM_VISIBLE}
+ ORDER BY s.score DESC, s.target_id LIMIT $4"""
+# A user's full-text baseline: ts_rank over a GIN index, the ACL as a filter.
+TS_RANK = f"""SELECT c.claim_id FROM claims c
+               WHERE c.space_id = $1 AND to_tsvector('english', c.claim_text) @@ plainto_tsquery('english', $3)
+                 AND c.is_current_testimony AND {CLAIM_VISIBLE}
+               ORDER BY ts_rank(to_tsvector('english', c.claim_text), plainto_tsquery('english', $3)) DESC
+               LIMIT $4"""
+TS_OR = f"""SELECT c.claim_id FROM claims c
+             WHERE c.space_id = $1 AND to_tsvector('english', c.claim_text) @@ to_tsquery('english', $3)
+               AND c.is_current_testimony AND {CLAIM_VISIBLE}
+             ORDER BY ts_rank(to_tsvector('english', c.claim_text), to_tsquery('english', $3)) DESC LIMIT $4"""
+PLAIN_HNSW = f"""SELECT c.claim_id FROM claims c
+                  WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
+                  ORDER BY c.embedding::vector({DIM}) <=> $3::vector({DIM}) LIMIT $4"""
+HALF_HNSW = f"""SELECT c.claim_id FROM claims c
+                 WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
+                 ORDER BY c.embedding::halfvec({DIM}) <=> $3::halfvec({DIM}) LIMIT $4"""
+ORACLE = gen.ORACLE
+
+
+def log(message: str) -> None:
+    gen.log(f"scale {message}")
+
+
+class Statements:
+    """Counts the statements each call sends, on its snapshot's connection and on the helper
+    connections of its concurrent legs alike (asyncpg's query logger; a context variable
+    that the legs' tasks inherit names the call)."""
+
+    def __init__(self, db: Database) -> None:
+        self.counts: list[int] = []
+        self.current: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("statements", default=None)
+        original = db.transaction
+
+        @asynccontextmanager
+        async def counted(**kwargs: Any) -> AsyncIterator[asyncpg.Connection]:
+            seen = self.current.get()
+
+            def logger(_record: Any) -> None:
+                if seen is not None:
+                    seen[0] += 1
+
+            async with original(**kwargs) as conn:
+                conn.add_query_logger(logger)
+                try:
+                    yield conn
+                finally:
+                    conn.remove_query_logger(logger)
+
+        db.transaction = counted  # type: ignore[method-assign]
+
+    def wrap(self, call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def counted_call(item: Any) -> Any:
+            seen = [0]
+            token = self.current.set(seen)
+            try:
+                return await call(item)
+            finally:
+                self.current.reset(token)
+                self.counts.append(seen[0])
+        return counted_call
+
+    def take(self) -> list[int]:
+        out, self.counts = self.counts, []
+        return out
+
+
+async def write_postings(db: Database, corpus: gen.Corpus) -> float:
+    """Every BM25 row through the pipeline's writer, a unit of WRITE_BATCH targets each."""
+    started = time.perf_counter()
+    items: dict[str, list[tuple[uuid.UUID, uuid.UUID | None, str]]] = {"claim": [], "chunk": [], "fact": [],
+                                                                       "entity": []}
+    for doc in corpus.docs:
+        for ordinal, claims in enumerate(doc.chunks):
+            chunk_id = uuid.UUID(int=doc.doc_id.int ^ ((ordinal + 1) << 80))
+            items["chunk"].append((chunk_id, doc.doc_id, " ".join(c.text for c in claims)))
+            items["claim"].extend((c.claim_id, doc.doc_id, c.text) for c in claims)
+    items["fact"] = [(f.fact_id, None, f.label) for f in corpus.facts]
+    profiles = await db.fetch("SELECT entity_id, profile_summary FROM entities WHERE space_id = $1", corpus.space)
+    items["entity"] = [(r[0], None, r[1]) for r in profiles]
+    for kind, rows in items.items():
+        for start in range(0, len(rows), WRITE_BATCH):
+            async with db.transaction() as conn:
+                await index_text(conn, corpus.space, kind, rows[start:start + WRITE_BATCH])
+    return time.perf_counter() - started
+
+
+async def timed_calls(items: Sequence[Any], call: Callable[[Any], Awaitable[Any]]) -> list[float]:
+    for item in items[:WARMUP]:
+        await call(item)
+    samples = []
+    for item in items[WARMUP:]:
+        started = time.perf_counter()
+        await call(item)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def recall(found: Sequence[Any], truth: Sequence[Any]) -> float:
+    return len(set(found) & set(truth)) / len(truth) if truth else 1.0
+
+
+async def hnsw_ids(conn: asyncpg.Connection, sql: str, args: Sequence[Any]) -> list[uuid.UUID]:
+    async with conn.transaction():
+        await conn.execute("SET LOCAL hnsw.iterative_scan = 'off'")
+        await conn.execute("SET LOCAL hnsw.ef_search = 40")
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        return [r[0] for r in await conn.fetch(sql, *args)]
+
+
+async def run() -> list[Row]:
+    rows: list[Row] = []
+    vocab = gen.vocabulary()
+    began = time.perf_counter()
+    async with running_stack(embedding="hash") as (stack, _port):
+        assert stack.dsn is not None
+        conn = await asyncpg.connect(stack.dsn)
+        await register_vector(conn)
+        db = await Database.connect(stack.dsn, max_size=16, query_timeout_s=120)
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            definitions = [await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = $1", name)
+                           for name in gen.HNSW_INDEXES]
+            for name in gen.HNSW_INDEXES:
+                await conn.execute(f"DROP INDEX {name}")
+            started = time.perf_counter()
+            corpus = gen.synthetic(await gen.new_space(conn, "bench-scale"), SIZE, vocab, 3 << 8, seed=SIZE)
+            await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+            pool.shutdown()
+            loaded = time.perf_counter() - started
+            written = await write_postings(db, corpus)
+            started = time.perf_counter()
+            await gen.rebuild_indexes(conn, [*definitions,
+                                             "CREATE INDEX bench_claims_fts ON claims USING gin "
+                                             "(to_tsvector('english', claim_text))"])
+            indexed = time.perf_counter() - started
+            log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
+
+            retrieval = Retrieval(db, HashEmbeddings(DIM), None)
+            primitives = Primitives(retrieval)
+            statements = Statements(db)
+            space = corpus.space
+            callers = {"trusted": Caller(space, Scope.READ, None),
+                       "10% (topic:0)": Caller(space, Scope.READ, frozenset({"topic:0"}))}
+            questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
+            base: dict[str, float] = {}
+            for who, caller in callers.items():
+                ops: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]]]] = [
+                    ("resolve_entity", names,
+                     lambda n, c=caller: retrieval.run_operation(c, "resolve_entity", {"name": n})),
+                    *((op, questions, lambda q, c=caller, o=op: retrieval.run_operation(c, o, {"query": q}))
+                      for op in ("facts_context", "claims_and_sources_context", "combined_context")),
+                    ("search_claims semantic", questions,
+                     lambda q, c=caller: primitives.search(c, "claim", q, gen.K, "semantic")),
+                    ("search_claims bm25", questions,
+                     lambda q, c=caller: primitives.search(c, "claim", q, gen.K, "bm25")),
+                ]
+                for name, items, call in ops:
+                    retrieval.legs.plans.clear()
+                    statements.take()
+                    samples = await timed_calls(items, statements.wrap(call))
+                    counts = statements.take()
+                    p50, p95 = percentiles(samples)
+                    if who == "trusted":
+                        base[name] = p50
+                    plans = Counter(retrieval.legs.plans)
+                    rows.append(Row("scale", f"{name} @ {SIZE // 1000}k, {who}", len(samples), p50, p95,
+                                    baseline_p50_ms=None if who == "trusted" else base[name],
+                                    extra=f"statements/call median {statistics.median(counts or [0]):.0f} "
+                                          f"max {max(counts or [0])}; plans "
+                                          + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
+                    log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
+            rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
+            rows.extend(await lexical_rows(db, retrieval, callers, questions))
+            rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
+            rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
+            rows.extend(await bad_input_rows(retrieval, primitives, corpus))
+            rows[0].extra += (f"; {SIZE:,} claims, loads {loaded:.0f}s + index_text {written:.0f}s, "
+                              f"indexes {indexed:.0f}s; whole run {time.perf_counter() - began:.0f}s")
+        finally:
+            pool.shutdown(cancel_futures=True)
+            await db.close()
+            await conn.close()
+    return rows
+
+
+async def legs_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[str],
+                    statements: Statements) -> list[Row]:
+    """The four legs of claims_and_sources_context one after another on the snapshot's
+    connection (before) and at once on helper connections that import it (now)."""
+    rows: list[Row] = []
+    helper = retrieval._helper
+    base = None
+    for label, slots in (("legs one after another (before)", None), ("legs concurrent (service)", helper)):
+        retrieval._helper = slots
+        statements.take()
+        samples = await timed_calls(questions, statements.wrap(lambda q: retrieval.run_operation(
+            caller, "claims_and_sources_context", {"query": q})))
+        counts = statements.take()
+        p = percentiles(samples)
+        base = base or p[0]
+        rows.append(Row("scale-legs", f"claims_and_sources_context, {label}", len(samples), *p, baseline_p50_ms=base,
+                        extra=f"statements/call (all connections) median {statistics.median(counts):.0f}"))
+    retrieval._helper = helper
+    return rows
+
+
+async def lexical_rows(db: Database, retrieval: Retrieval, callers: dict[str, Caller],
+                       questions: Sequence[str]) -> list[Row]:
+    from services.platform.text import query_tokens
+
+    rows = []
+    for who, caller in callers.items():
+        args = (caller.space_id, adapters.principals(caller))
+        exhaustive, tsrank, bounded, agree = [], [], [], []
+        retrieval.legs.plans.clear()
+        for q in questions:
+            terms = sorted(set(query_tokens(q)))
+            async with retrieval.snapshot() as conn:
+                started = time.perf_counter()
+                hits = await retrieval.legs.lexical(conn, "claim", caller, q, gen.K)
+                bounded.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                truth = await conn.fetch(EXHAUSTIVE, *args, terms, gen.K)
+                exhaustive.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                await conn.fetch(TS_RANK, *args, " ".join(terms), gen.K)
+                tsrank.append(time.perf_counter() - started)
+            agree.append(recall([h for h, _ in hits], [t["id"] for t in truth]))
+        plans = Counter(retrieval.legs.plans)
+        ex = percentiles(exhaustive)
+        rows.append(Row("scale-bm25", f"exhaustive Okapi (before), {who}", len(questions), *ex))
+        rows.append(Row("scale-bm25", f"ts_rank + GIN (user baseline), {who}", len(questions), *percentiles(tsrank),
+                        baseline_p50_ms=ex[0]))
+        rows.append(Row("scale-bm25", f"bounded impact scan (service), {who}", len(questions),
+                        *percentiles(bounded), baseline_p50_ms=ex[0],
+                        extra=f"top-10 agreement with exhaustive {statistics.mean(agree):.3f}; plans "
+                              + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
+    return rows
+
+
+async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retrieval, corpus: gen.Corpus,
+                      vocab: gen.Vocabulary, questions: Sequence[str]) -> list[Row]:
+    """The user's baseline (plain HNSW + ts_rank, RRF) beside the service's semantic leg,
+    recall@10 against the exact oracle; halfvec beside float."""
+    rows: list[Row] = []
+    embed = HashEmbeddings(DIM)
+    vectors = [np.asarray(embed.embed_one(q), dtype=np.float32) for q in questions]
+    from services.platform.text import query_tokens
+
+    audiences = {"trusted": None, "clustered 10%": frozenset({"topic:0"}),
+                 "clustered 30%": frozenset({"topic:0", "topic:1", "topic:2"})}
+    service_base = None
+    for who, principals in audiences.items():
+        caller = Caller(corpus.space, Scope.READ, principals)
+        args = (caller.space_id, adapters.principals(caller))
+        base_t, base_r, svc_t, svc_r = [], [], [], []
+        retrieval.legs.plans.clear()
+        for q, vector in zip(questions, vectors, strict=True):
+            truth = [r[0] for r in await conn.fetch(ORACLE, *args, vector, gen.K)]
+            started = time.perf_counter()
+            dense = await hnsw_ids(conn, PLAIN_HNSW, (*args, vector, gen.K))
+            lexical = [r[0] for r in await conn.fetch(TS_RANK, *args, " ".join(sorted(set(query_tokens(q)))),
+                                                      gen.K)]
+            fused: dict[uuid.UUID, float] = {}
+            for ranked in (dense, lexical):
+                for rank, item in enumerate(ranked):
+                    fused[item] = fused.get(item, 0.0) + 1 / (RRF_K + rank + 1)
+            base_t.append(time.perf_counter() - started)
+            base_r.append(recall(dense, truth))
+            started = time.perf_counter()
+            async with retrieval.snapshot() as snap:
+                hits = await retrieval.legs.semantic(snap, "claim", caller, vector.tolist(), gen.K)
+            svc_t.append(time.perf_counter() - started)
+            svc_r.append(recall([h for h, _ in hits], truth))
+        b = percentiles(base_t)
+        s = percentiles(svc_t)
+        service_base = service_base or s[0]
+        plans = Counter(retrieval.legs.plans)
+        rows.append(Row("scale-acl", f"user baseline HNSW + ts_rank RRF, {who}", len(questions), *b,
+                        extra=f"vector half recall@10 {statistics.mean(base_r):.3f} (ef_search 40, ACL post-filter)"))
+        rows.append(Row("scale-acl", f"service semantic leg, {who}", len(questions), *s,
+                        baseline_p50_ms=service_base,
+                        extra=f"recall@10 {statistics.mean(svc_r):.3f}; plans "
+                              + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))
+                              + "; vs baseline: ratio to the trusted caller's leg"))
+
+    # halfvec: the same HNSW parameters over half-precision vectors.
+    started = time.perf_counter()
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    await conn.execute(f"CREATE INDEX bench_claims_halfvec ON claims USING hnsw "
+                       f"((embedding::halfvec({DIM})) halfvec_cosine_ops) WHERE embedding_dim = {DIM}")
+    built = time.perf_counter() - started
+    caller = Caller(corpus.space, Scope.READ, None)
+    args = (caller.space_id, None)
+    full_r, half_r, full_t, half_t = [], [], [], []
+    for vector in vectors:
+        truth = [r[0] for r in await conn.fetch(ORACLE, *args, vector, gen.K)]
+        started = time.perf_counter()
+        full_r.append(recall(await hnsw_ids(conn, PLAIN_HNSW, (*args, vector, gen.K)), truth))
+        full_t.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        half_r.append(recall(await hnsw_ids(conn, HALF_HNSW, (*args, vector, gen.K)), truth))
+        half_t.append(time.perf_counter() - started)
+    sizes = {r[0]: r[1] for r in await conn.fetch(
+        "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes WHERE relname = 'claims'")}
+    claims = await conn.fetchval("SELECT count(*) FROM claims")
+    heap = await conn.fetchval("SELECT pg_table_size('claims')")
+    postings = await conn.fetchval(
+        "SELECT pg_total_relation_size('bm25_postings') + pg_total_relation_size('bm25_docs')"
+        " + pg_total_relation_size('bm25_df') + pg_total_relation_size('bm25_stats')")
+    float_index = sizes.get("claims_hnsw_384", 0)
+    half_index = sizes.get("bench_claims_halfvec", 0)
+    other = sum(v for k, v in sizes.items() if k not in ("bench_claims_halfvec", "bench_claims_fts"))
+    fb = percentiles(full_t)
+    rows.append(Row("scale-storage", "HNSW over vector(384)", len(vectors), *fb,
+                    extra=f"recall@10 {statistics.mean(full_r):.3f}; index {float_index / claims:.0f} B/claim"))
+    rows.append(Row("scale-storage", "HNSW over halfvec(384)", len(vectors), *percentiles(half_t),
+                    baseline_p50_ms=fb[0],
+                    extra=f"recall@10 {statistics.mean(half_r):.3f}; index {half_index / claims:.0f} B/claim; "
+                          f"built in {built:.0f}s"))
+    rows.append(Row("scale-storage", "bytes per claim", claims, 0.0, 0.0,
+                    extra=f"claims table {heap / claims:.0f} B (vector(384) is {4 * DIM + 8} B of it), claims' "
+                          f"indexes {other / claims:.0f} B, all BM25 tables (claims, chunks, facts, entities) "
+                          f"{postings / claims:.0f} B; total {(heap + other + postings) / claims:.0f} B"))
+    return rows
+
+
+async def concurrency_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[str]) -> list[Row]:
+    rows: list[Row] = []
+    base = None
+    for callers in (1, 4, 16):
+        queue = list(questions) * max(1, callers // 2)
+        samples: list[float] = []
+
+        async def worker(queue: list[str], samples: list[float]) -> None:
+            while queue:
+                q = queue.pop()
+                started = time.perf_counter()
+                await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q})
+                samples.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(queue, samples) for _ in range(callers)))
+        wall = time.perf_counter() - started
+        p = percentiles(samples)
+        base = base or p[0]
+        rows.append(Row("scale-concurrency", f"claims_and_sources_context, {callers} concurrent", len(samples), *p,
+                        baseline_p50_ms=base, extra=f"{len(samples) / wall:.1f} calls/s (pool of 16 connections, "
+                                                    f"one process)"))
+    return rows
+
+
+async def bad_input_rows(retrieval: Retrieval, primitives: Primitives, corpus: gen.Corpus) -> list[Row]:
+    rows: list[Row] = []
+    everything = " ".join(gen.PREDICATES)  # every generated claim states one of these
+    wide = Caller(corpus.space, Scope.READ, frozenset({"topic:0", *(f"group:{i}" for i in range(9_999))}))
+    trusted = Caller(corpus.space, Scope.READ, None)
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("bm25 search, terms in every claim", lambda: primitives.search(trusted, "claim", everything, 100, "bm25")),
+        ("claims_and_sources_context, terms in every claim, k 100 candidate_k 400",
+         lambda: retrieval.run_operation(trusted, "claims_and_sources_context",
+                                         {"query": everything, "k": 100, "candidate_k": 400})),
+        ("claims_and_sources_context, caller with 10,000 principals",
+         lambda: _as(retrieval, wide, "claims_and_sources_context", {"query": "Who owns the billing?"})),
+    ]
+    for name, call in cases:
+        retrieval.legs.plans.clear()
+        samples = []
+        outcome = ""
+        for _ in range(5):
+            started = time.perf_counter()
+            try:
+                result = await call()
+                outcome = "answered" if not result.HasField("negative") else "negative"
+                if result.HasField("truncation") and result.truncation.truncated:
+                    outcome += f", truncated ({result.truncation.returned} returned)"
+            except Exception as exc:  # noqa: BLE001 - the bench reports what a caller would get
+                outcome = f"error {type(exc).__name__}: {exc}"
+            samples.append(time.perf_counter() - started)
+        plans = Counter(retrieval.legs.plans)
+        rows.append(Row("scale-bad-input", name, len(samples), *percentiles(samples),
+                        extra=f"{outcome}; plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
+    return rows
+
+
+
+async def _as(retrieval: Retrieval, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
+    """As the servicer calls an operation: the caller's audience first."""
+    return await retrieval.run_operation(await retrieval.audience(caller), name, arguments)

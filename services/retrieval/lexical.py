@@ -1,0 +1,112 @@
+"""The BM25 top-k over impact-ordered prefixes, as pure rules (the SQL that reads the
+prefixes is ``adapters.SearchLegs.lexical``)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from services.retrieval.domain import bm25_idf
+
+# BM25 constants (Okapi k1, b), the reference lengths of migration 0008's ``bm25_impact``,
+# and how deep the lexical rounds read: the first round reads max(FIRST, 4k) postings per
+# term, each further round four times more, up to READ_MAX postings in all (so a term that
+# matches half of a million-row space costs a bounded read, and the plan says the answer
+# was bounded).
+_BM25_K1, _BM25_B = 1.2, 0.75
+BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 32.0}
+BM25_FIRST_DEPTH = 200
+BM25_READ_MAX = 40_000
+BM25_COMPLETE_MAX = 2_000
+# Up to this many postings over all query terms (known from the counters), every one is
+# scored in one statement instead.
+BM25_EXHAUSTIVE_MAX = 20_000
+
+
+def bm25_part(tf: int, length: int, avgdl: float) -> float:
+    """The term-frequency part of Okapi BM25."""
+    return tf * (_BM25_K1 + 1) / (tf + _BM25_K1 * ((1 - _BM25_B) + _BM25_B * length / avgdl))
+
+
+class ThresholdTopK:
+    """One round of impact-ordered prefixes, judged by Fagin's threshold test. A visible
+    target read in a term's prefix has that term's exact part; a term whose whole list was
+    read (fewer rows than the depth) adds nothing to targets it did not list; any other
+    missing part is at most the term's lowest impact read times the slack. The top k is
+    proven when no other target, read or unread, can reach the k-th exact score."""
+
+    def __init__(self, rows: Sequence[Any], terms: Sequence[str], n: float, avgdl: float, slack: float,
+                 depth: int) -> None:
+        self.avgdl = avgdl
+        self.idf: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.df: dict[str, int] = {}
+        postings = []
+        for r in rows:
+            if r["target_id"] is None:
+                self.df[r["term"]] = int(r["df"])
+                self.idf[r["term"]] = bm25_idf(int(n), int(r["df"]))
+                exhausted = r["walked"] < depth
+                self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
+            else:
+                postings.append(r)
+        self.terms = [t for t in terms if t in self.idf]
+        # Per target: the terms whose part is known, and the sum of those parts.
+        self.known: dict[uuid.UUID, set[str]] = {}
+        self.score: dict[uuid.UUID, float] = {}
+        self.complete_ids: set[uuid.UUID] = set()
+        self._add(postings)
+
+    def next_depth(self, depth: int, deepest: int) -> int:
+        """How deep the next round reads: to the end of every unfinished list when that is
+        within the bound (one more round then proves the answer; flat impacts, as in short
+        fact labels, would otherwise take a round per factor of four), else four times deeper."""
+        needed = max((self.df[t] for t in self.terms if self.bound[t] > 0), default=0) + 1
+        return min(deepest, needed if needed <= deepest else depth * 4)
+
+    def _add(self, postings: Sequence[Any]) -> None:
+        for p in postings:
+            target, term = p["target_id"], p["term"]
+            known = self.known.setdefault(target, set())
+            if term not in known:
+                known.add(term)
+                self.score[target] = self.score.get(target, 0.0) + self.idf[term] * bm25_part(
+                    p["tf"], p["length"], self.avgdl)
+
+    def _upper(self, target: uuid.UUID) -> float:
+        if target in self.complete_ids:
+            return self.score[target]
+        known = self.known[target]
+        return self.score[target] + sum(self.bound[t] for t in self.terms if t not in known)
+
+    def _split(self) -> tuple[list[tuple[uuid.UUID, float]], list[tuple[uuid.UUID, float]]]:
+        """(exact scores best first, open targets with their upper bound)."""
+        exact: list[tuple[uuid.UUID, float]] = []
+        open_: list[tuple[uuid.UUID, float]] = []
+        for target, score in self.score.items():
+            upper = self._upper(target)
+            (open_ if upper > score else exact).append((target, upper if upper > score else score))
+        exact.sort(key=lambda x: (-x[1], x[0]))
+        return exact, open_
+
+    def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
+        """Read targets with unknown parts that could still reach the top k, best bound
+        first (on the last round, the 4k best: the bounded answer is chosen among them)."""
+        exact, open_ = self._split()
+        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
+        ranked = sorted(((i, upper) for i, upper in open_ if upper >= threshold), key=lambda x: (-x[1], x[0]))
+        return [i for i, _ in ranked[:4 * k if last else BM25_COMPLETE_MAX]]
+
+    def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
+        """Every query term's posting of these targets (random access): their scores are exact."""
+        self._add(postings)
+        self.complete_ids.update(targets)
+
+    def top(self, k: int) -> tuple[list[tuple[uuid.UUID, float]], bool]:
+        exact, open_ = self._split()
+        threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
+        unseen = sum(self.bound.values())
+        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for _, upper in open_)
+        return exact[:k], proven

@@ -1,0 +1,59 @@
+"""The legs of one answer run at once on helper connections that import the answer's
+snapshot: they read exactly what the answer's own connection reads, and the answer is the
+one the legs give when they run one after another."""
+
+from __future__ import annotations
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+from bench import bench_retrieval as bench
+from services.platform.auth import Caller, Scope
+from services.platform.db import Database
+from services.platform.embeddings import HashEmbeddings
+from services.retrieval.app import Retrieval
+
+
+async def test_helpers_read_the_answers_snapshot(dsn: str) -> None:
+    db = await Database.connect(dsn, max_size=8)
+    writer = await asyncpg.connect(dsn)
+    try:
+        retrieval = Retrieval(db, HashEmbeddings(384), None)
+        async with retrieval.snapshot() as conn:
+            before = await conn.fetchval("SELECT count(*) FROM spaces")
+            await writer.execute("INSERT INTO spaces (slug, name) VALUES ('written-after', 'written after')")
+            seen = await retrieval.concurrently(conn, [lambda c: c.fetchval("SELECT count(*) FROM spaces")] * 4)
+            pids = await retrieval.concurrently(conn, [lambda c: c.fetchval("SELECT pg_backend_pid()")] * 4)
+        assert seen == [before] * 4
+        assert len(set(pids)) == 4  # four connections, one snapshot
+        assert retrieval._helper is not None and retrieval._helper.free == 4  # every slot given back
+    finally:
+        await writer.close()
+        await db.close()
+
+
+async def test_concurrent_legs_give_the_sequential_answer(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    await register_vector(conn)
+    db = await Database.connect(dsn, max_size=8)
+    try:
+        vocab = bench.vocabulary()
+        corpus = bench.synthetic(await bench.new_space(conn, "legs"), 2_000, vocab, 0x51 << 8, seed=3)
+        await bench.load(conn, corpus, bench.Analyser(None), HashEmbeddings(384).model)
+        questions, _ = bench.latency_queries(corpus, vocab, 6, seed=3)
+        caller = Caller(corpus.space, Scope.READ, frozenset({"topic:1", "topic:2"}))
+        parallel = Retrieval(db, HashEmbeddings(384), None)
+        sequential = Retrieval(db, HashEmbeddings(384), None)
+        sequential._helper = None
+        for op in ("claims_and_sources_context", "facts_context"):
+            for q in questions:
+                a = await parallel.run_operation(caller, op, {"query": q})
+                b = await sequential.run_operation(caller, op, {"query": q})
+                for env in (a, b):
+                    env.ClearField("freshness")
+                    env.ClearField("temporal_scope")
+                assert a == b
+                assert a.evidence or a.facts
+    finally:
+        await db.close()
+        await conn.close()
