@@ -1,4 +1,5 @@
 # One way to do each thing; .ci/run calls `make test`.
+# `make lint`: buf lint, buf breaking (against main), ruff, mypy, tsc --noEmit.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -61,6 +62,7 @@ lint: $(STAMP) $(NODE_STAMP)
 	@if git rev-parse --verify -q main >/dev/null; then \
 	  node_modules/.bin/buf breaking --against '.git#branch=main'; fi
 	$(BIN)/ruff check services clients/python/testament/_sdk tests bench
+	$(BIN)/mypy services clients/python/testament/_sdk
 	node_modules/.bin/tsc -p clients/typescript/tsconfig.json
 
 test-python: install

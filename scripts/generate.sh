@@ -93,6 +93,9 @@ for dir in "${stale_dirs[@]}"; do
   prune_if_empty "$(dirname "$dir")"
 done
 
+# The Python SDK's typed per-RPC methods, from the descriptors just generated.
+"$PYTHON" scripts/gen_sdk.py
+
 # ---------------------------------------------------------------------------
 # TypeScript
 # ---------------------------------------------------------------------------

@@ -218,7 +218,10 @@ def _wait(remote: Remote, outcomes: list[dict[str, Any]], console: Console, *, q
         done_before = 0
         for start in range(0, len(waiting), 1000):
             ids = list(waiting)[start:start + 1000]
-            last = _watch(remote, ids, deadline, lambda n, d=done_before: progress.update(task, completed=d + n))
+            def advance(n: int, d: int = done_before) -> None:
+                progress.update(task, completed=d + n)
+
+            last = _watch(remote, ids, deadline, advance)
             done_before += len(ids)
             _settle(waiting, last)
 
@@ -384,7 +387,10 @@ def _documents(args: argparse.Namespace) -> int:
         page = remote.call("GET", "/documents", params={"limit": 200, **({"cursor": cursor} if cursor else {})})
         for d in page.get("documents", []):
             if d["doc_id"] == args.doc_id:
-                return _out(args, d, lambda out, d=d: out.print_json(json.dumps(d)))
+                def show(out: Console, shown: str = json.dumps(d)) -> None:
+                    out.print_json(shown)
+
+                return _out(args, d, show)
         cursor = page.get("cursor")
         if not cursor:
             break

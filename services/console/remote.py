@@ -40,7 +40,7 @@ class Remote:
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.key}"} if self.key else {}
 
-    def call(self, method: str, path: str, *, json_body: Any = None, params: Mapping[str, Any] | None = None,
+    def call(self, method: str, path: str, *, json_body: Any = None, params: Any = None,
              content: bytes | None = None, headers: Mapping[str, str] | None = None) -> Any:
         try:
             reply = httpx.request(method, f"{self.url}{path}", json=json_body, params=params, content=content,

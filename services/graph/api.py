@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import grpc
 from testament.common.v1 import types_pb2
-from testament.graph.v1 import graph_pb2
+from testament.graph.v1 import graph_pb2, graph_pb2_grpc
 
 from services.graph.app import GraphService
 from services.graph.domain import (
@@ -108,7 +108,7 @@ def envelope(result: GraphResult, redact: Redact = lambda text: text) -> types_p
     return env
 
 
-class GraphServicer:
+class GraphServicer(graph_pb2_grpc.GraphServiceServicer):
     def __init__(self, service: GraphService, *,
                  redact: Callable[[str, Caller], str] | None = None) -> None:
         self.service = service

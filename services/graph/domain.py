@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from services.platform.errors import FieldViolation, ValidationFailed
+from services.platform.values import bounded_int, collect, parse_uuid
 
 # --------------------------------------------------------------------------------------
 # arguments
@@ -126,25 +127,13 @@ def _uuid(name: str, raw: str | None, problems: list[FieldViolation]) -> uuid.UU
     if raw is None or raw == "":
         problems.append(_missing(name))
         return None
-    try:
-        return uuid.UUID(raw)
-    except (ValueError, AttributeError, TypeError):
-        problems.append(FieldViolation(name, "Input should be a valid UUID", "uuid_parsing", raw))
-        return None
+    return collect(problems, parse_uuid, name, raw)
 
 
 def _bounded(name: str, raw: int | None, bounds: tuple[int, int], default: int,
              problems: list[FieldViolation]) -> int:
-    low, high = bounds
-    if raw is None:
-        return default
-    if raw < low:
-        problems.append(FieldViolation(name, f"Input should be greater than or equal to {low}",
-                                       "greater_than_equal", raw, {"ge": low}))
-    elif raw > high:
-        problems.append(FieldViolation(name, f"Input should be less than or equal to {high}",
-                                       "less_than_equal", raw, {"le": high}))
-    return raw
+    value = collect(problems, bounded_int, name, raw, default, *bounds)
+    return default if value is None else value
 
 
 def _text(name: str, raw: str, *, low: int, high: int, problems: list[FieldViolation]) -> None:

@@ -6,8 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from testament.common.v1 import stage_pb2
-from testament.ingest.v1 import ingest_pb2
+from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 from services.ingest.app import IngestService
 from services.ingest.domain import (
@@ -15,11 +14,11 @@ from services.ingest.domain import (
     UploadRequest,
     encode_cursor,
     list_query,
-    parse_uuid,
     readiness_ids,
 )
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, InvalidArgument, ValidationFailed
+from services.platform.values import DEFER_REASON, STAGE_STATUS, parse_uuid
 from services.platform.wire import optional, timestamp
 
 _MODES = {ingest_pb2.VERSIONING_MODE_SNAPSHOT: "snapshot", ingest_pb2.VERSIONING_MODE_LIVING: "living"}
@@ -30,16 +29,6 @@ _STATUS_FILTER = {
     ingest_pb2.DOCUMENT_STATUS_FAILED: "failed", ingest_pb2.DOCUMENT_STATUS_DELETED: "deleted",
 }
 _STATUS_ENUM = {v: k for k, v in _STATUS_FILTER.items()}
-_STAGE_STATUS = {
-    "missing": stage_pb2.STAGE_STATUS_MISSING, "pending": stage_pb2.STAGE_STATUS_PENDING,
-    "running": stage_pb2.STAGE_STATUS_RUNNING, "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED,
-    "failed": stage_pb2.STAGE_STATUS_FAILED, "dead_letter": stage_pb2.STAGE_STATUS_DEAD_LETTER,
-    "skipped": stage_pb2.STAGE_STATUS_SKIPPED,
-}
-_DEFER = {
-    "scheduled": stage_pb2.DEFER_REASON_SCHEDULED, "retry_backoff": stage_pb2.DEFER_REASON_RETRY_BACKOFF,
-    "budget": stage_pb2.DEFER_REASON_BUDGET, "no_route": stage_pb2.DEFER_REASON_NO_ROUTE,
-}
 _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 
 
@@ -50,7 +39,7 @@ _REQUIREMENTS = ("pipeline", "p1", "live_graph", "p3")
 UPLOAD_ACCEPTED = "x-testament-upload-accepted"
 
 
-class IngestServicer:
+class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     def __init__(self, service: IngestService, *, model_bindings: dict[str, str] | None = None,
                  build_revision: str = "") -> None:
         self.service = service
@@ -162,11 +151,11 @@ def report_message(report: ReadinessReport) -> ingest_pb2.PipelineReadinessRepor
         item = message.versions.add(version_id=str(version.version_id), ready=version.ready)
         for stage in version.stages:
             s = item.stages.add(stage=stage.stage, component_version=stage.component_version,
-                                status=_STAGE_STATUS[stage.status])
+                                status=STAGE_STATUS[stage.status])
             if stage.finished_at is not None:
                 s.finished_at.CopyFrom(timestamp(stage.finished_at))
             if stage.defer_reason is not None:
-                s.defer_reason = _DEFER[stage.defer_reason]
+                s.defer_reason = DEFER_REASON[stage.defer_reason]
     for name, capability in report.capabilities.items():
         target = getattr(message.capabilities, name)
         target.required, target.ready, target.reason = capability.required, capability.ready, capability.reason

@@ -5,11 +5,8 @@ Pure: no transport, no driver. Every refusal uses RememberStack's wording.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import Iterable, Sequence
@@ -17,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from services.platform import values
 from services.platform.auth import Caller
 from services.platform.errors import (
     SCOPE_TOO_NARROW,
@@ -25,9 +23,11 @@ from services.platform.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     TestamentError,
     ValidationFailed,
 )
+from services.platform.values import parse_utc
 
 VersioningMode = Literal["snapshot", "living"]
 UPLOAD_SOURCE_KIND = "upload"
@@ -38,7 +38,6 @@ NOT_UTC = "source_modified_at must be timezone-aware UTC"
 PRINCIPAL_TOGETHER = "X-Ingest-Principal-Kind and X-Ingest-Principal-Ref must be supplied together"
 INVALID_PRINCIPAL = "invalid_ingest_principal"
 DOCUMENT_NOT_FOUND = "document_not_found"
-CURSOR_MALFORMED = "cursor is malformed"
 BODY_TOO_LARGE = "body_too_large"
 
 _PRINCIPAL_KINDS = ("user", "api_credential", "service")
@@ -111,23 +110,6 @@ def _too_short(name: str, value: str) -> FieldViolation:
                           {"min_length": 1})
 
 
-def parse_utc(name: str, raw: str, *, refusal: str | None = None) -> dt.datetime:
-    """An ISO 8601 date-time with a zero UTC offset. A naive value or another offset is
-    refused with ``refusal`` (the route's own 422 string) when given."""
-    text = raw.strip()
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValidationFailed([FieldViolation(
-            name, "Input should be a valid datetime, invalid character in year", "datetime_from_date_parsing", raw,
-        )]) from None
-    if value.tzinfo is None or value.utcoffset() != dt.timedelta(0):
-        if refusal is not None:
-            raise InvalidArgument(refusal, reason="NOT_UTC")
-        raise ValidationFailed([FieldViolation(name, "Input should have a zero UTC offset", "timezone_aware", raw)])
-    return value.astimezone(dt.UTC)
-
-
 def validate_upload(request: UploadRequest, caller: Caller, *, trusted_attribution: bool) -> IngestCommand:
     """Check an upload's options before any byte is read."""
     problems = [_too_short(n, v) for n, v in (("filename", request.filename), ("mime", request.mime)) if v == ""]
@@ -197,20 +179,11 @@ def default_title(filename: str) -> str:
 
 
 def body_too_large() -> TestamentError:
-    return TestamentError(BODY_TOO_LARGE, reason="BODY_TOO_LARGE", http_status=413)
+    return ResourceExhausted(BODY_TOO_LARGE, reason="BODY_TOO_LARGE", http_status=413)
 
 
 def document_not_found() -> NotFound:
     return NotFound(DOCUMENT_NOT_FOUND, reason="DOCUMENT_NOT_FOUND")
-
-
-def parse_uuid(name: str, raw: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(raw)
-    except (ValueError, AttributeError):
-        raise ValidationFailed([FieldViolation(
-            name, "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` "
-            "followed by [0-9a-fA-F-], found `x` at 1", "uuid_parsing", raw)]) from None
 
 
 # --------------------------------------------------------------------------------------
@@ -228,34 +201,23 @@ class ListQuery:
 
 
 def encode_cursor(first_seen_at: dt.datetime, doc_id: uuid.UUID) -> str:
-    payload = json.dumps({"v": 1, "f": first_seen_at.isoformat(), "i": str(doc_id)}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    return values.encode_cursor({"v": 1, "f": first_seen_at.isoformat(), "i": str(doc_id)})
 
 
 def decode_cursor(raw: str) -> tuple[dt.datetime, uuid.UUID]:
-    malformed = BadRequest(CURSOR_MALFORMED, reason="CURSOR_MALFORMED")
-    try:
-        data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode())
-        if not isinstance(data, dict) or data.get("v") != 1 or set(data) != {"v", "f", "i"}:
-            raise ValueError
-        when = dt.datetime.fromisoformat(data["f"])
-        if when.tzinfo is None:
-            raise ValueError
-        return when, uuid.UUID(data["i"])
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, KeyError):
-        raise malformed from None
+    data = values.decode_cursor(raw, ("v", "f", "i"))
+    if data["v"] != 1:
+        raise BadRequest(values.CURSOR_MALFORMED, reason="CURSOR_MALFORMED")
+    return values.cursor_instant(data["f"]), values.cursor_uuid(data["i"])
 
 
 def list_query(limit: int | None, cursor: str | None, status: str | None) -> ListQuery:
-    if limit is not None and not 1 <= limit <= 200:
-        kind, ctx = ("greater_than_equal", {"ge": 1}) if limit < 1 else ("less_than_equal", {"le": 200})
-        word = "greater than or equal to 1" if limit < 1 else "less than or equal to 200"
-        raise ValidationFailed([FieldViolation("limit", f"Input should be {word}", kind, limit, ctx)])
+    limit = values.bounded_int("limit", limit, 50, 1, 200)
     if status is not None and status not in LIST_STATUSES:
         allowed = ", ".join(f"'{s}'" for s in LIST_STATUSES[:-1]) + f" or '{LIST_STATUSES[-1]}'"
         raise ValidationFailed([FieldViolation("status", f"Input should be {allowed}", "literal_error", status,
                                                {"expected": allowed})])
-    return ListQuery(limit=limit or 50, after=decode_cursor(cursor) if cursor else None, status=status)
+    return ListQuery(limit=limit, after=decode_cursor(cursor) if cursor else None, status=status)
 
 
 # --------------------------------------------------------------------------------------

@@ -5,55 +5,44 @@ Every operation is confined to the caller's space.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 import uuid
-from typing import Any
 
 import grpc
 from testament.common.v1 import stage_pb2
-from testament.pipeline.v1 import pipeline_pb2
+from testament.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 
-from services.ingest.domain import parse_uuid
 from services.pipeline.adapters.queue import PgQueue
 from services.platform.auth import require_caller
 from services.platform.db import Database
-from services.platform.errors import BadRequest, Conflict, FieldViolation, NotFound, ValidationFailed
-from services.platform.wire import timestamp
+from services.platform.errors import Conflict, FieldViolation, NotFound, ValidationFailed
+from services.platform.values import (
+    DEFER_REASON,
+    STAGE_STATUS,
+    bounded_int,
+    cursor_instant,
+    cursor_uuid,
+    decode_cursor,
+    encode_cursor,
+    parse_uuid,
+)
+from services.platform.wire import optional, timestamp
 
 # ReplayDeadLetterRequest.attempts: 1-10 (the contract).
 MAX_REPLAY_ATTEMPTS = 10
-
-_STATUS = {"pending": stage_pb2.STAGE_STATUS_PENDING, "running": stage_pb2.STAGE_STATUS_RUNNING,
-           "succeeded": stage_pb2.STAGE_STATUS_SUCCEEDED, "failed": stage_pb2.STAGE_STATUS_FAILED,
-           "dead_letter": stage_pb2.STAGE_STATUS_DEAD_LETTER, "skipped": stage_pb2.STAGE_STATUS_SKIPPED}
-_DEFER = {"scheduled": stage_pb2.DEFER_REASON_SCHEDULED, "retry_backoff": stage_pb2.DEFER_REASON_RETRY_BACKOFF,
-          "budget": stage_pb2.DEFER_REASON_BUDGET, "no_route": stage_pb2.DEFER_REASON_NO_ROUTE}
+# ListDeadLettersRequest.limit: default 50, 1-200 (the contract).
+DEAD_LETTER_PAGE, DEAD_LETTER_PAGE_MAX = 50, 200
 
 
-def _limit(value: int | None, default: int, top: int) -> int:
-    if value is None:
-        return default
-    if not 1 <= value <= top:
-        raise ValidationFailed([FieldViolation("limit", f"Input should be between 1 and {top}", "value_error", value)])
-    return value
-
-
-def _cursor(raw: str | None) -> dict[str, Any] | None:
+def _after(raw: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
+    """The (time, id) a page cursor continues after; None for the first page."""
     if not raw:
         return None
-    try:
-        return dict(json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))))
-    except (ValueError, TypeError):
-        raise BadRequest("malformed cursor", reason="CURSOR_MALFORMED") from None
+    data = decode_cursor(raw, ("t", "i"))
+    return cursor_instant(data["t"]), cursor_uuid(data["i"])
 
 
-def _encode(data: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(data, default=str).encode()).decode().rstrip("=")
-
-
-class PipelineServicer:
+class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     def __init__(self, db: Database, queue: PgQueue, routes: set[str]) -> None:
         self.db = db
         self.queue = queue
@@ -62,8 +51,8 @@ class PipelineServicer:
     async def ListDeadLetters(self, request: pipeline_pb2.ListDeadLettersRequest,
                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ListDeadLettersResponse:
         caller = require_caller()
-        limit = _limit(request.limit if request.HasField("limit") else None, 20, 500)
-        after = _cursor(request.cursor if request.HasField("cursor") else None)
+        limit = bounded_int("limit", optional(request, "limit"), DEAD_LETTER_PAGE, 1, DEAD_LETTER_PAGE_MAX)
+        after = _after(optional(request, "cursor"))
         version = parse_uuid("version_id", request.version_id) if request.HasField("version_id") else None
         rows = await self.db.fetch(
             """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.component_version, w.attempts, w.last_error,
@@ -74,7 +63,7 @@ class PipelineServicer:
                   AND ($4::timestamptz IS NULL OR (w.updated_at, w.work_id) < ($4, $5::uuid))
                 ORDER BY w.updated_at DESC, w.work_id DESC LIMIT $6""",
             caller.space_id, request.stage if request.HasField("stage") else None, version,
-            dt.datetime.fromisoformat(after["t"]) if after else None, uuid.UUID(after["i"]) if after else None,
+            *(after or (None, None)),
             limit + 1,
         )
         reply = pipeline_pb2.ListDeadLettersResponse()
@@ -87,7 +76,7 @@ class PipelineServicer:
             item.dead_lettered_at.CopyFrom(timestamp(r["updated_at"]))
         if len(rows) > limit:
             last = rows[limit - 1]
-            reply.cursor = _encode({"t": last["updated_at"].isoformat(), "i": str(last["work_id"])})
+            reply.cursor = encode_cursor({"t": last["updated_at"].isoformat(), "i": str(last["work_id"])})
         return reply
 
     async def ReplayDeadLetter(self, request: pipeline_pb2.ReplayDeadLetterRequest,
@@ -135,17 +124,17 @@ class PipelineServicer:
         )
         reply = pipeline_pb2.InspectQueueResponse(observed_at=timestamp(dt.datetime.now(dt.UTC)))
         for r in rows:
-            item = reply.counts.add(stage=r["stage"], status=_STATUS[r["status"]], count=r["n"],
+            item = reply.counts.add(stage=r["stage"], status=STAGE_STATUS[r["status"]], count=r["n"],
                                     oldest_created_at=timestamp(r["oldest"]))
             if r["defer_reason"] is not None:
-                item.defer_reason = _DEFER[r["defer_reason"]]
+                item.defer_reason = DEFER_REASON[r["defer_reason"]]
         return reply
 
     async def ListCostReceipts(self, request: pipeline_pb2.ListCostReceiptsRequest,
                                context: grpc.aio.ServicerContext) -> pipeline_pb2.ListCostReceiptsResponse:
         caller = require_caller()
-        limit = _limit(request.limit if request.HasField("limit") else None, 100, 500)
-        after = _cursor(request.cursor if request.HasField("cursor") else None)
+        limit = bounded_int("limit", optional(request, "limit"), 100, 1, 500)
+        after = _after(optional(request, "cursor"))
         now = dt.datetime.now(dt.UTC)
         horizon = now - dt.timedelta(seconds=60)  # receipts younger than this may still be arriving
         rows = await self.db.fetch(
@@ -155,8 +144,7 @@ class PipelineServicer:
                 WHERE space_id = $1 AND occurred_at <= $2
                   AND ($3::timestamptz IS NULL OR (occurred_at, call_id) > ($3, $4::uuid))
                 ORDER BY occurred_at, call_id LIMIT $5""",
-            caller.space_id, horizon, dt.datetime.fromisoformat(after["t"]) if after else None,
-            uuid.UUID(after["i"]) if after else None, limit + 1,
+            caller.space_id, horizon, *(after or (None, None)), limit + 1,
         )
         reply = pipeline_pb2.ListCostReceiptsResponse(
             contract="rememberstack.cost_export.v1", deployment_id=str(caller.space_id),
@@ -177,5 +165,5 @@ class PipelineServicer:
                 item.latency_ms = int(r["latency_ms"])
         if len(rows) > limit:
             last = rows[limit - 1]
-            reply.next_cursor = _encode({"t": last["occurred_at"].isoformat(), "i": str(last["call_id"])})
+            reply.next_cursor = encode_cursor({"t": last["occurred_at"].isoformat(), "i": str(last["call_id"])})
         return reply

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import datetime as dt
 import hashlib
 import time
 import uuid
@@ -31,6 +30,7 @@ from services.pipeline.domain.structure import (
 )
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
 from services.platform import telemetry
+from services.platform.ledger import is_model_call
 
 if TYPE_CHECKING:
     from services.pipeline.adapters.converters import Converter
@@ -188,7 +188,7 @@ class Stages:
             raise StageFailure("provider_unavailable" if exc.retryable else "provider_rejected", str(exc),
                                permanent=not exc.retryable, retry_after_s=exc.retry_after_s) from exc
         finally:
-            if not self.embeddings.model.startswith("hash-"):  # local hashing is not a provider call
+            if is_model_call(self.embeddings.model):
                 await self.store.record_call(
                     space_id=source.space_id, work_id=unit.work_id, stage=unit.stage, attempt=unit.attempts,
                     provider="embeddings", model=self.embeddings.model, tokens_in=None, tokens_out=None,
@@ -439,7 +439,3 @@ class Worker:
                     return
             except Exception:  # noqa: BLE001 - a missed renewal only risks a re-run
                 continue
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)

@@ -16,6 +16,8 @@ from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.deployment import DeploymentServicer
+from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
+from services.platform.ledger import CostLedger, LedgeredEmbeddings
 from services.platform.migrations import MigrationError
 from services.platform.migrations import pending as pending_migrations
 from services.platform.objectstore import ObjectStore, ObjectStoreError, build_object_store
@@ -142,6 +144,17 @@ async def open_object_store(settings: Settings, name: str) -> ObjectStore:
             f"(TESTAMENT_OBJECT_STORE): {exc}"
         ) from None
     return store
+
+
+async def open_query_embedder(settings: Settings, db: Database, name: str) -> LedgeredEmbeddings:
+    """The configured embedder for query text, each call on the cost ledger, its model
+    loaded before the service reports SERVING (the first query runs at full speed)."""
+    try:
+        embedder = LedgeredEmbeddings(provider_from_settings(settings), CostLedger(db))
+        await warm_up(embedder)
+    except (ValueError, EmbeddingUnavailable) as exc:
+        raise StartupError(f"testament-{name}: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
+    return embedder
 
 
 async def open_platform(settings: Settings, name: str) -> Platform:

@@ -17,7 +17,7 @@ from services.platform.auth import Scope
 
 # proto package -> generated modules holding its services (import side effect: registration).
 _SERVICE_MODULES: dict[str, tuple[str, ...]] = {
-    "common": ("testament.common.v1.deployment_pb2",),
+    "common": ("testament.common.v1.deployment_pb2", "testament.common.v1.errors_pb2"),
     "ingest": ("testament.ingest.v1.ingest_pb2",),
     "pipeline": ("testament.pipeline.v1.pipeline_pb2",),
     "retrieval": ("testament.retrieval.v1.retrieval_pb2",),
@@ -56,6 +56,22 @@ def load_all() -> None:
 def service(full_name: str) -> ServiceDescriptor:
     load_all()
     return descriptor_pool.Default().FindServiceByName(full_name)
+
+
+@functools.cache
+def error_reasons() -> frozenset[str]:
+    """Every ErrorInfo reason the contract declares (common/v1/errors.proto), as sent."""
+    from testament.common.v1 import errors_pb2
+
+    prefix = "ERROR_REASON_"
+    return frozenset(v.name.removeprefix(prefix) for v in errors_pb2.ErrorReason.DESCRIPTOR.values
+                     if v.number != 0)
+
+
+def not_built(method: MethodDescriptor) -> str | None:
+    """The contract's note for an RPC declared but not built yet, or None."""
+    options = method.GetOptions()
+    return options.Extensions[options_pb2.not_built] if options.HasExtension(options_pb2.not_built) else None
 
 
 @functools.cache

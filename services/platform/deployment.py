@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 
 import grpc
-from testament.common.v1 import deployment_pb2
+from testament.common.v1 import deployment_pb2, deployment_pb2_grpc
 
 from services.platform.auth import Authenticator, Caller, Scope, require_caller
 from services.platform.credentials_pg import PgCredentials
@@ -44,7 +44,7 @@ SERVED_TOOLS: dict[str, int] = {
 }
 
 
-class DeploymentServicer:
+class DeploymentServicer(deployment_pb2_grpc.DeploymentServiceServicer):
     def __init__(
         self,
         db: Database | None,

@@ -96,10 +96,13 @@ class EmbeddedPostgres:
     def admin_dsn(self) -> str:
         return f"postgresql://{_SUPERUSER}@{self.host}:{self.port}/postgres"
 
-    def _run_as(self) -> dict[str, int]:
-        if self._user is None:
-            return {}
-        return {"user": self._user.pw_uid, "group": self._user.pw_gid}
+    @property
+    def _uid(self) -> int | None:
+        return None if self._user is None else self._user.pw_uid
+
+    @property
+    def _gid(self) -> int | None:
+        return None if self._user is None else self._user.pw_gid
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.data_dir = self.data_dir.resolve()
@@ -119,7 +122,8 @@ class EmbeddedPostgres:
                  "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"],
                 capture_output=True,
                 text=True,
-                **self._run_as(),  # type: ignore[arg-type]
+                user=self._uid,
+                group=self._gid,
             )
             if result.returncode != 0:
                 raise EmbeddedPostgresError(f"initdb failed: {result.stderr.strip()}")
@@ -150,7 +154,8 @@ class EmbeddedPostgres:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                **self._run_as(),  # type: ignore[arg-type]
+                user=self._uid,
+                group=self._gid,
             )
         finally:
             log.close()

@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 import httpx
 
 from services.platform.blas import forward_parallelism
+from services.platform.db import remaining_timeout
 from services.platform.provider_http import error_message, retry_after
+from services.platform.settings import default_model_cache
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -167,15 +169,6 @@ class HashEmbeddings:
 
 
 # ------------------------------------------------------------ sentence-transformers
-
-
-def default_model_cache() -> Path:
-    """Where packaged model weights are unpacked: $TESTAMENT_MODEL_CACHE, else the user cache."""
-    explicit = os.environ.get("TESTAMENT_MODEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "testament" / "models"
 
 
 def packaged_model_zip() -> Path:
@@ -498,13 +491,14 @@ class OpenAIEmbeddings:
         if self.request_dimensions:
             body["dimensions"] = self.dimension
         started = time.perf_counter()
+        budget = remaining_timeout(self.timeout_s)  # a query's embedding gets what is left of its deadline
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(budget):
                 response = await self._client.post(f"{self.base_url}/embeddings", json=body)
                 await response.aread()
         except (TimeoutError, httpx.TimeoutException):
             await self._record(0, started, "timeout")
-            raise EmbeddingUnavailable(f"embedding request timed out after {self.timeout_s:g} s",
+            raise EmbeddingUnavailable(f"embedding request timed out after {budget:g} s",
                                        retryable=True, outcome="timeout") from None
         except httpx.HTTPError as exc:
             await self._record(0, started, "unreachable")
@@ -610,8 +604,9 @@ def provider_from_settings(settings: Any) -> EmbeddingProvider:
         return build_embedding_provider("openai", base_url=settings.openai_base_url, api_key=settings.openai_api_key,
                                         model=settings.openai_embedding_model, timeout_s=settings.openai_timeout_s,
                                         dimension=settings.embedding_dimension)
+    cache_dir = settings.model_cache or default_model_cache()
     if settings.embedding_provider == "sentence-transformers":
-        return build_embedding_provider("sentence-transformers")
+        return build_embedding_provider("sentence-transformers", cache_dir=cache_dir)
     if settings.embedding_provider == "minilm":
-        return build_embedding_provider("minilm")
+        return build_embedding_provider("minilm", cache_dir=cache_dir)
     return build_embedding_provider("hash", dimension=settings.embedding_dimension)

@@ -29,6 +29,7 @@ from services.platform.contract import method_scope
 from services.platform.db import DeadlineSpent, TransientConflict, request_deadline
 from services.platform.errors import (
     Aborted,
+    AlreadyExists,
     Code,
     DeadlineExceeded,
     FieldViolation,
@@ -37,6 +38,7 @@ from services.platform.errors import (
     Unavailable,
     ValidationFailed,
 )
+from services.platform.objectstore import ObjectStoreUnavailable
 
 ERROR_DOMAIN = "testament"
 
@@ -195,6 +197,9 @@ def map_exception(exc: BaseException) -> status_pb2.Status:
     if isinstance(exc, DeadlineSpent | asyncpg.QueryCanceledError | TimeoutError):
         return _status_for(DeadlineExceeded("the request deadline was exceeded",
                                             reason="DEADLINE_EXCEEDED"))
+    if isinstance(exc, ObjectStoreUnavailable):
+        return _status_for(Unavailable("the object store is unavailable; nothing was recorded",
+                                       reason="OBJECT_STORE_UNAVAILABLE", retry_after_s=1))
     if isinstance(
         exc,
         asyncpg.PostgresConnectionError
@@ -212,9 +217,7 @@ def map_exception(exc: BaseException) -> status_pb2.Status:
         return _status_for(Unavailable("the database has no free connection", reason="DB_UNAVAILABLE",
                                        retry_after_s=1))
     if isinstance(exc, asyncpg.UniqueViolationError):
-        return _status_for(
-            TestamentError("conflicting write", reason="ALREADY_EXISTS", http_status=409)
-        )
+        return _status_for(AlreadyExists("conflicting write", reason="ALREADY_EXISTS"))
     if isinstance(exc, asyncpg.DataError):
         return _status_for(InvalidArgument("a value was not accepted by the database",
                                            reason="INVALID_VALUE"))

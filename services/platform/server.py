@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,16 +44,16 @@ class StartupError(SystemExit):
 
 @dataclass
 class Servicer:
-    """An implementation of one contract service: ``impl`` has one coroutine (or async
-    generator for server streams) per implemented RPC, named like the RPC. RPCs it does
-    not implement answer UNIMPLEMENTED with ``not_built`` as the explanation."""
+    """An implementation of one contract service: ``impl`` is an instance of the generated
+    ``<Service>Servicer`` base class and overrides one coroutine (or async generator for
+    server streams) per RPC. An RPC it does not override must be declared ``not_built`` in
+    the contract (it then answers UNIMPLEMENTED); anything else refuses to start."""
 
     full_name: str
     impl: object
-    not_built: str = "not built yet"
 
 
-Background = Callable[[asyncio.Event], Awaitable[None]]
+Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -84,12 +84,53 @@ def _unimplemented(method: MethodDescriptor, note: str) -> Callable[..., Any]:
     return unary
 
 
-def generic_handler(descriptor: ServiceDescriptor, impl: object, note: str) -> grpc.GenericRpcHandler:
-    """Method handlers built from the descriptor, so every RPC of the contract exists."""
+def _generated_base(descriptor: ServiceDescriptor, impl_type: type) -> type | None:
+    """The generated ``<Service>Servicer`` class ``impl_type`` derives from, if any."""
+    module = descriptor.file.name.removesuffix(".proto").replace("/", ".") + "_pb2_grpc"
+    for klass in impl_type.__mro__:
+        if klass.__name__ == f"{descriptor.name}Servicer" and klass.__module__ == module:
+            return klass
+    return None
+
+
+def binding_problems(descriptor: ServiceDescriptor, impl_type: type) -> list[str]:
+    """Why ``impl_type`` cannot serve ``descriptor`` (empty when it can): it must derive from
+    the generated base, override every RPC the contract does not declare ``not_built``,
+    implement none it does declare so, and define no RPC-like name outside the contract."""
+    base = _generated_base(descriptor, impl_type)
+    if base is None:
+        return [f"{impl_type.__name__} does not derive from the generated {descriptor.name}Servicer"]
+    problems = []
+    for method in descriptor.methods:
+        overridden = getattr(impl_type, method.name) is not getattr(base, method.name)
+        declared = contract.not_built(method)
+        if not overridden and declared is None:
+            problems.append(f"{descriptor.name}.{method.name} has no implementation in "
+                            f"{impl_type.__name__} and is not declared not_built in the contract")
+        elif overridden and declared is not None:
+            problems.append(f"{descriptor.name}.{method.name} is implemented by "
+                            f"{impl_type.__name__} but declared not_built in the contract")
+    names = set(descriptor.methods_by_name)
+    for klass in impl_type.__mro__:
+        if klass is base or klass is object:
+            break
+        problems += [f"{impl_type.__name__}.{attr} names no RPC of {descriptor.name}"
+                     for attr in vars(klass) if attr[:1].isupper() and attr not in names
+                     and callable(vars(klass)[attr])]
+    return problems
+
+
+def generic_handler(descriptor: ServiceDescriptor, impl: object) -> grpc.GenericRpcHandler:
+    """Method handlers built from the descriptor, so every RPC of the contract exists.
+    Raises :class:`StartupError` when ``impl`` does not match its contract."""
+    problems = binding_problems(descriptor, type(impl))
+    if problems:
+        raise StartupError("; ".join(problems))
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in descriptor.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
-        behavior = getattr(impl, method.name, None) or _unimplemented(method, note)
+        note = contract.not_built(method)
+        behavior = getattr(impl, method.name) if note is None else _unimplemented(method, note)
         kwargs = {
             "request_deserializer": request_cls.FromString,
             "response_serializer": lambda m: m.SerializeToString(),
@@ -133,7 +174,7 @@ async def serve(settings: Settings, spec: ServiceSpec, *, ready: Callable[[int],
     names = []
     for item in spec.servicers:
         descriptor = contract.service(item.full_name)
-        server.add_generic_rpc_handlers((generic_handler(descriptor, item.impl, item.not_built),))
+        server.add_generic_rpc_handlers((generic_handler(descriptor, item.impl),))
         names.append(item.full_name)
     reflection.enable_server_reflection(
         (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -131,6 +131,9 @@ class Settings(BaseSettings):
         "offline); hash: lexical feature hashing (tests, tiny installs); sentence-transformers: the same MiniLM "
         "through torch (extra `local-embeddings`); openai: an OpenAI-compatible /embeddings endpoint.")
     embedding_dimension: int = Field(default=384, ge=8, le=4096)
+    model_cache: Path | None = Field(
+        default=None, description="Where packaged model weights are unpacked (default "
+        "$XDG_CACHE_HOME/testament/models, else ~/.cache/testament/models).")
     embed_batch_size: int = Field(default=64, ge=1, le=2048)
     claims_provider: Literal["rules", "openai"] = "rules"
     relations_provider: Literal["rules", "openai"] = "rules"
@@ -181,6 +184,14 @@ def _variable_name(loc: tuple[object, ...]) -> str:
     if field.isupper():
         return field
     return f"{ENV_PREFIX}{field.upper()}"
+
+
+def default_model_cache() -> Path:
+    """The model cache when TESTAMENT_MODEL_CACHE is not set (the XDG user cache)."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "testament" / "models"
 
 
 def load_settings(**overrides: object) -> Settings:

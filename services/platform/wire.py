@@ -32,9 +32,10 @@ def enum_wire_names(enum: EnumDescriptor) -> tuple[dict[int, str], dict[str, int
     return to_wire, {wire: number for number, wire in to_wire.items()}
 
 
-def enum_value(enum_type: Any, wire: str) -> int:
-    """The number of a generated enum (e.g. ``types_pb2.Stance``) for its wire string."""
-    return enum_wire_names(enum_type.DESCRIPTOR)[1][wire]
+def enum_value(enum_type: Any, wire: str) -> Any:
+    """The number of a generated enum (e.g. ``types_pb2.Stance``) for its wire string, as
+    that enum's ``ValueType``."""
+    return enum_type.ValueType(enum_wire_names(enum_type.DESCRIPTOR)[1][wire])
 
 
 def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:

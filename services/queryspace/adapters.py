@@ -14,6 +14,7 @@ jsonb parameter.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import decimal
 import json
@@ -285,7 +286,7 @@ class PgSavedQueries:
                  WHERE q.space_id = $1 AND ($2::text IS NULL OR q.namespace = $2) AND {where}
                  ORDER BY q.namespace, q.name, q.version""", *args)
 
-    async def versions(self, space: uuid.UUID, namespace: str, name: str) -> list[asyncpg.Record]:
+    async def versions(self, space: uuid.UUID, namespace: str, name: str) -> builtins.list[asyncpg.Record]:
         try:
             return await self.db.fetch(
                 f"""SELECT {SAVED_COLUMNS} FROM saved_queries WHERE space_id = $1 AND namespace = $2 AND name = $3

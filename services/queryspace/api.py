@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 from testament.queryspace.v1 import queryspace_pb2 as pb
+from testament.queryspace.v1 import queryspace_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
@@ -80,7 +81,7 @@ def query_result(r: dict[str, Any]) -> pb.QueryResult:
                 setattr(item, name, s[name])
         _set_ts(item, "pg_confirmed_at", s.get("pg_confirmed_at"))
     for g in r["graph_invocations"]:
-        item = out.graph_invocations.add(
+        graph = out.graph_invocations.add(
             ordinal=g["ordinal"], function=enum_value(pb.GraphFunction, g["function"]), truncated=g["truncated"],
             examined_edges=g["examined_edges"], returned_paths=g["returned_paths"],
             effective_depth=g["effective_depth"], effective_expansion_budget=g["effective_expansion_budget"],
@@ -88,9 +89,9 @@ def query_result(r: dict[str, Any]) -> pb.QueryResult:
             effective_result_budget=g["effective_result_budget"],
             effective_time_budget_ms=g["effective_time_budget_ms"])
         if g.get("truncation_reason") is not None:
-            item.truncation_reason = enum_value(pb.GraphTruncationReason, g["truncation_reason"])
+            graph.truncation_reason = enum_value(pb.GraphTruncationReason, g["truncation_reason"])
         for name in ("applied_valid_at", "applied_believed_at", "evaluated_at"):
-            _set_ts(item, name, g.get(name))
+            _set_ts(graph, name, g.get(name))
     return out
 
 
@@ -129,7 +130,7 @@ def _query_id(value: str) -> uuid.UUID:
 EXPORT_BATCH_ROWS = 1000
 
 
-class QuerySpaceServicer:
+class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
     def __init__(self, service: QuerySpace, exports: QuerySpace | None = None) -> None:
         self.service = service
         # The analytical tier (operator exports): its own limits and admission budgets.

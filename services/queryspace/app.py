@@ -38,22 +38,14 @@ _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 _TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 
 
-class QueryError(TestamentError):
-    """A query-space code raised outside a statement (HTTP status per the code table)."""
-
-    def __init__(self, code: str, message: str, status: int) -> None:
-        super().__init__({"code": code, "message": message}, reason=code.upper(), http_status=status,
-                         message=message)
-        self.code_name = code
-
-
 def _not_found(message: str) -> NotFound:
     return NotFound({"code": "saved_query_not_found", "message": message}, reason="SAVED_QUERY_NOT_FOUND",
                     message=message)
 
 
-def _conflict(code: str, message: str) -> Conflict:
-    return Conflict({"code": code, "message": message}, reason=code.upper(), message=message)
+def _conflict(message: str, *, reason: str) -> Conflict:
+    """A saved-query refusal: detail {code, message} with the code in lower case."""
+    return Conflict({"code": reason.lower(), "message": message}, reason=reason, message=message)
 
 
 @dataclass(frozen=True)
@@ -382,10 +374,11 @@ class QuerySpace:
                                  message="the saved-query registry is unreadable") from None
         status = row["status"]
         if status == "pending_revalidation":
-            raise _conflict("saved_query_revalidation_pending",
-                            f"{namespace}.{name} v{row['version']} awaits revalidation against this query space")
+            raise _conflict(f"{namespace}.{name} v{row['version']} awaits revalidation against this query space",
+                            reason="SAVED_QUERY_REVALIDATION_PENDING")
         if status != "active":
-            raise _conflict("saved_query_disabled", f"{namespace}.{name} v{row['version']} is {status}, not active")
+            raise _conflict(f"{namespace}.{name} v{row['version']} is {status}, not active",
+                            reason="SAVED_QUERY_DISABLED")
         ref = {"query_id": str(row["query_id"]), "namespace": namespace, "name": name,
                "version": str(row["version"]), "query_hash": row["query_hash"]}
         request = Request(row["sql"], parameters,
@@ -400,12 +393,13 @@ class QuerySpace:
                      description: str | None = None, origin: str = "human", max_rows: int | None = None
                      ) -> dict[str, Any]:
         if namespace == "examples":
-            raise InvalidArgument("the examples namespace belongs to the platform; copy the query elsewhere")
+            raise InvalidArgument("the examples namespace belongs to the platform; copy the query elsewhere",
+                                  reason="INVALID_ARGUMENT")
         if not (_IDENT.match(namespace) and _IDENT.match(name)):
-            raise InvalidArgument("namespace and name must match ^[a-z][a-z0-9_]*$")
+            raise InvalidArgument("namespace and name must match ^[a-z][a-z0-9_]*$", reason="INVALID_ARGUMENT")
         report = validate(sql)
         if report["status"] != "valid":
-            raise _conflict("saved_query_incompatible", f"the SQL is not admissible: {report['error']}")
+            raise _conflict(f"the SQL is not admissible: {report['error']}", reason="SAVED_QUERY_INCOMPATIBLE")
         row = await self.saved.insert(space, {
             "namespace": namespace, "name": name, "status": "draft", "description": description, "origin": origin,
             "assurance": "customer_authored", "sql": sql, "query_hash": report["query_hash"],
@@ -419,13 +413,13 @@ class QuerySpace:
         if row is None or (space is not None and row["space_id"] != space):
             raise _not_found(f"no saved query version {query_id}")
         if row["author_principal"] == approver:
-            raise _conflict("saved_query_disabled", "the author of a version cannot approve it")
+            raise _conflict("the author of a version cannot approve it", reason="SAVED_QUERY_DISABLED")
         if row["status"] not in ("draft", "pending_revalidation"):
-            raise _conflict("saved_query_disabled", f"a {row['status']} version cannot be approved")
+            raise _conflict(f"a {row['status']} version cannot be approved", reason="SAVED_QUERY_DISABLED")
         report = validate(row["sql"])
         if report["status"] != "valid":
             await self.saved.set_status(query_id, "broken")
-            raise _conflict("saved_query_incompatible", f"the SQL no longer validates: {report['error']}")
+            raise _conflict(f"the SQL no longer validates: {report['error']}", reason="SAVED_QUERY_INCOMPATIBLE")
         activated = await self.saved.activate(query_id, approver, m.MANIFEST_HASH, report)
         assert activated is not None
         return dict(activated)
@@ -433,7 +427,7 @@ class QuerySpace:
     async def set_status(self, query_id: uuid.UUID, status: str, *, space: uuid.UUID | None = None
                          ) -> dict[str, Any]:
         if status not in ("disabled", "deprecated"):
-            raise InvalidArgument("only disabled or deprecated can be set directly")
+            raise InvalidArgument("only disabled or deprecated can be set directly", reason="INVALID_ARGUMENT")
         current = await self.saved.by_id(query_id)
         if current is None or (space is not None and current["space_id"] != space):
             raise _not_found(f"no saved query version {query_id}")

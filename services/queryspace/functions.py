@@ -289,7 +289,7 @@ class Evaluator:
         else:
             rows = await conn.fetch(sql, ids, *args)
         by_id = {row[_ID[kind]]: row for row in rows}
-        out = []
+        out: list[Any] = []
         for item, score in hits:
             row = by_id.get(item)
             if row is None:
@@ -421,7 +421,7 @@ async def graph_rows(conn: asyncpg.Connection, caller: Caller, r: Resolved, base
         from services.queryspace.adapters import failure
         raise failure(exc) from None
     citation = name == "graph_citation_path"
-    reason = result.truncation.reason if result.truncation.truncated else None
+    reason: str | None = result.truncation.reason if result.truncation.truncated else None
     if depth_capped:
         reason = reason or "depth_budget"
     truncated = reason is not None

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from services.platform.auth import Caller
-from services.platform.bootstrap import open_platform, open_reads
+from services.platform.bootstrap import open_platform, open_query_embedder, open_reads
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.embeddings import provider_from_settings
 from services.platform.redaction import redactor_from_settings
 from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
 from services.platform.settings import Settings, load_settings
@@ -18,10 +17,7 @@ from services.retrieval.adapters import SearchLegs
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "queryspace")
-    try:
-        embedder = provider_from_settings(settings)
-    except ValueError as exc:
-        raise StartupError(f"testament-queryspace: {exc}") from None
+    embedder = await open_query_embedder(settings, platform.db, "queryspace")
     try:
         redactor = redactor_from_settings(settings)
     except ValueError as exc:

@@ -9,13 +9,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from testament.common.v1 import types_pb2
-from testament.retrieval.v1 import retrieval_pb2
+from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
+from services.platform.values import bounded_int
 from services.platform.wire import optional
 from services.retrieval.app import Retrieval, struct
-from services.retrieval.domain import OPERATIONS, bounded_int
+from services.retrieval.domain import OPERATIONS
 from services.retrieval.primitives import Primitives
 
 _GRAINS = {"fact": types_pb2.GRAIN_FACT, "evidence": types_pb2.GRAIN_EVIDENCE}
@@ -36,7 +37,7 @@ def _forward(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
     return [(k, v) for k, v in (context.invocation_metadata() or ()) if k in ("authorization", "traceparent")]
 
 
-class RetrievalServicer:
+class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     def __init__(self, retrieval: Retrieval, primitives: Primitives) -> None:
         self.retrieval = retrieval
         self.primitives = primitives

@@ -82,8 +82,9 @@ def scope_message(scope: TimeScope, now: dt.datetime) -> t.TemporalScope:
     elif scope.mode == "overlap":
         inner = t.OverlapTemporalScope(mode="overlap", evaluated_at=ts(now), believed_at=ts(now),
                                        identity_regime=regime)
-        getattr(inner, "from").CopyFrom(ts(scope.start))
-        inner.to.CopyFrom(ts(scope.end))
+        assert scope.start is not None and scope.end is not None
+        getattr(inner, "from").CopyFrom(timestamp(scope.start))
+        inner.to.CopyFrom(timestamp(scope.end))
         message.overlap.CopyFrom(inner)
     elif scope.mode == "history":
         message.history.CopyFrom(t.HistoryTemporalScope(mode="history", evaluated_at=ts(now), believed_at=ts(now),
@@ -96,7 +97,7 @@ def scope_message(scope: TimeScope, now: dt.datetime) -> t.TemporalScope:
 
 def envelope(grain: str, scope: TimeScope, now: dt.datetime) -> t.Envelope:
     env = t.Envelope(grain=enum_value(t.Grain, grain), temporal_scope=scope_message(scope, now))
-    env.freshness.pg_live_ts.CopyFrom(ts(now))
+    env.freshness.pg_live_ts.CopyFrom(timestamp(now))
     env.freshness.p1_written_inline = True
     return env
 
@@ -207,7 +208,7 @@ class Retrieval:
             exported = await conn.fetchval("SELECT pg_export_snapshot()")
         except BaseException:
             for _ in filter(None, helpers):
-                self._helper.release()
+                self._helper.release()  # type: ignore[union-attr] # helpers is empty without slots
             raise
 
         async def on_helper(call: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
@@ -540,9 +541,9 @@ class Retrieval:
                 continue
             kept_chunks.append(row)
         for row in kept_chunks[:k]:
-            message = chunk_message(row)
-            message.chunk_text = self.redact(message.chunk_text, caller)
-            env.chunks.append(message)
+            chunk = chunk_message(row)
+            chunk.chunk_text = self.redact(chunk.chunk_text, caller)
+            env.chunks.append(chunk)
         # Claims and passages share one fused scale: the ranking orders them together.
         returned = {m[0]["claim_id"] for m in grouped[:k]} | {r["chunk_id"] for r in kept_chunks[:k]}
         _ranking(env, sorted([*claim_order, *chunk_order], key=lambda f: (-f.score, str(f.item_id))), returned)

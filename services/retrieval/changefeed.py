@@ -34,7 +34,7 @@ import logging
 import struct
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -342,7 +342,7 @@ async def _produce(db: Database, caller: Caller, wanted: frozenset[str], after: 
 
 async def watch(db: Database, dsn: str, caller: Caller, *, cursor: str | None,
                 kinds: Collection[str] = (), buffer: int = DEFAULT_BUFFER, poll_s: float = 1.0,
-                stall_s: float = 1.0) -> AsyncIterator[Change | Overrun]:
+                stall_s: float = 1.0) -> AsyncGenerator[Change | Overrun, None]:
     """Changes the caller may see, strictly after ``cursor`` (absent = the live tail), in
     commit order, until the consumer stops iterating or an :class:`Overrun` (always the
     last item). Raises ValidationFailed for a bad ``cursor`` or ``kinds`` before
@@ -409,8 +409,9 @@ class ChangeFeed:
         async with aclosing(watch(self._db, self._dsn, caller, cursor=cursor, kinds=wanted)) as stream:
             async for item in stream:
                 if isinstance(item, Change):
-                    event = r.ChangeEvent(cursor=item.cursor, kind=kind_value[item.kind],
-                                          change=change_value[item.change], id=str(item.id), at=timestamp(item.at))
+                    event = r.ChangeEvent(cursor=item.cursor, kind=r.ChangeFeedKind.ValueType(kind_value[item.kind]),
+                                          change=r.ChangeFeedChange.ValueType(change_value[item.change]),
+                                          id=str(item.id), at=timestamp(item.at))
                     if item.label is not None:
                         event.label = self._redact(item.label, caller)
                     yield r.WatchChangesResponse(change=event)

@@ -4,8 +4,6 @@ temporal matches, and reciprocal rank fusion. Pure: no transport, no driver."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import math
 import re
 import uuid
@@ -13,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.platform.errors import FieldViolation, InvalidArgument, NotFound, ValidationFailed
+from services.platform.errors import InvalidArgument, NotFound
 from services.platform.text import normalize_name
 
 RRF_K = 60
@@ -210,10 +208,6 @@ def validate_arguments(name: str, arguments: Mapping[str, Any]) -> dict[str, Any
     if name == "claims_and_sources_context" and out["candidate_k"] < out["k"]:
         raise _invalid("candidate_k cannot be smaller than k")
     return out
-
-
-def descriptor_hash(op: Operation) -> str:
-    return hashlib.sha256(json.dumps(op.input_schema, sort_keys=True).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------
@@ -469,20 +463,3 @@ def mentions_time(text: str) -> bool:
 
 def bm25_idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
-def validation(field_name: str, message: str, kind: str, value: Any, ctx: dict[str, Any] | None = None
-               ) -> ValidationFailed:
-    return ValidationFailed([FieldViolation(field_name, message, kind, value, ctx)])
-
-
-def bounded_int(name: str, value: int | None, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if value < low:
-        raise validation(name, f"Input should be greater than or equal to {low}", "greater_than_equal", value,
-                         {"ge": low})
-    if value > high:
-        raise validation(name, f"Input should be less than or equal to {high}", "less_than_equal", value,
-                         {"le": high})
-    return value

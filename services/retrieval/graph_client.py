@@ -11,9 +11,13 @@ from google.protobuf import timestamp_pb2
 from testament.graph.v1 import graph_pb2, graph_pb2_grpc
 
 from services.platform import telemetry
+from services.platform.db import remaining_timeout
 
 
 class GrpcGraphExpansion:
+    """Calls GraphService.ExpandEntities with the caller's credential, trace context and
+    remaining deadline (at most ``timeout_s``, the graph's own statement budget)."""
+
     def __init__(self, address: str, *, timeout_s: float = 5.0) -> None:
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = graph_pb2_grpc.GraphServiceStub(self._channel)
@@ -29,7 +33,8 @@ class GrpcGraphExpansion:
             stamp.FromDatetime(valid_at)
             request.valid_at.CopyFrom(stamp)
         metadata = [(k, v) for k, v in caller_metadata if k == "authorization"] + telemetry.inject()
-        reply = await self._stub.ExpandEntities(request, metadata=metadata, timeout=self._timeout_s)
+        reply = await self._stub.ExpandEntities(request, metadata=metadata,
+                                                 timeout=remaining_timeout(self._timeout_s))
         return [uuid.UUID(e.entity_id) for e in reply.entities], reply.truncated
 
     async def close(self) -> None:

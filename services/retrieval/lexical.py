@@ -83,7 +83,8 @@ class ThresholdTopK:
 
     def _split(self) -> tuple[list[tuple[uuid.UUID, float]], list[tuple[uuid.UUID, float]]]:
         """(exact scores best first, open targets with their upper bound)."""
-        exact, open_ = [], []
+        exact: list[tuple[uuid.UUID, float]] = []
+        open_: list[tuple[uuid.UUID, float]] = []
         for target, score in self.score.items():
             upper = self._upper(target)
             (open_ if upper > score else exact).append((target, upper if upper > score else score))

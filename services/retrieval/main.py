@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from services.platform.bootstrap import open_platform, open_reads
+from services.platform.bootstrap import open_platform, open_query_embedder, open_reads
 from services.platform.contract import SERVICE_FULL_NAMES
-from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.redaction import output_redaction
-from services.platform.server import Servicer, ServiceSpec, StartupError, run_service
+from services.platform.server import Servicer, ServiceSpec, run_service
 from services.platform.settings import Settings, load_settings
 from services.retrieval.api import RetrievalServicer
 from services.retrieval.app import Retrieval
@@ -17,14 +16,7 @@ from services.retrieval.primitives import Primitives
 
 async def build(settings: Settings) -> ServiceSpec:
     platform = await open_platform(settings, "retrieval")
-    try:
-        embedder = provider_from_settings(settings)
-    except ValueError as exc:
-        raise StartupError(f"testament-retrieval: {exc}") from None
-    try:
-        await warm_up(embedder)  # the model answers the first query at full speed: loaded before SERVING
-    except EmbeddingUnavailable as exc:
-        raise StartupError(f"testament-retrieval: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
+    embedder = await open_query_embedder(settings, platform.db, "retrieval")
     redact = output_redaction(settings, "retrieval")
     graph = GrpcGraphExpansion(settings.graph_addr) if settings.graph_addr else None
     # reads within the replica's staleness bound; the change feed stays on the primary

@@ -12,9 +12,9 @@ from typing import Any
 from testament.common.v1 import types_pb2 as t
 from testament.retrieval.v1 import retrieval_pb2
 
-from services.ingest.domain import parse_utc
 from services.platform.auth import Caller
-from services.platform.errors import Conflict
+from services.platform.errors import Conflict, FieldViolation, ValidationFailed
+from services.platform.values import parse_utc
 from services.platform.wire import enum_value
 from services.retrieval import adapters as db
 from services.retrieval.app import (
@@ -26,7 +26,7 @@ from services.retrieval.app import (
     truncation,
     ts,
 )
-from services.retrieval.domain import CURRENT, TimeScope, Validity, holds, turn_spans, validation
+from services.retrieval.domain import CURRENT, TimeScope, Validity, holds, turn_spans
 
 TRANSCRIPT_LIMIT = 40
 
@@ -198,8 +198,8 @@ class Primitives:
                 return negative(env, "unknown_entity", "no visible chunk has this id",
                                 "find chunks with search_chunks")
             if turn_id is not None and turn_id not in [i for _, _, i in turn_spans(target["chunk_text"])]:
-                raise validation("turn_id", "Input should be the id of one of the chunk's turns", "literal_error",
-                                 turn_id)
+                raise ValidationFailed([FieldViolation(
+                    "turn_id", "Input should be the id of one of the chunk's turns", "literal_error", turn_id)])
             ids = await db.chunk_ids_between(conn, target["version_id"], target["ordinal"] - window,
                                              target["ordinal"] + window)
             found = await db.chunks(conn, caller, ids)

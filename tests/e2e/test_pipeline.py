@@ -285,6 +285,11 @@ def test_replay_answers_the_documented_refusals(stack: Pipeline) -> None:
                 work_unit_id=dead.work_unit_id, **extra), timeout=10)
 
         assert _refusal(replay(attempts=11))[0] == grpc.StatusCode.INVALID_ARGUMENT
+        for limit in (0, 201):  # the contract's 1-200
+            request = pipeline_pb2.ListDeadLettersRequest(limit=limit)
+            refused = _refusal(lambda r=request: stub.ListDeadLetters(r, timeout=10))
+            assert refused[0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert stub.ListDeadLetters(pipeline_pb2.ListDeadLettersRequest(limit=200), timeout=10).dead_letters
         assert _refusal(replay(attempts=0))[0] == grpc.StatusCode.INVALID_ARGUMENT
         assert _refusal(lambda: stub.ReplayDeadLetter(pipeline_pb2.ReplayDeadLetterRequest(
             work_unit_id=str(uuid.uuid4())), timeout=10)) == (grpc.StatusCode.NOT_FOUND, "WORK_UNIT_NOT_FOUND")

@@ -110,19 +110,3 @@ def test_every_shipped_example_validates_and_saved_sql_is_checked() -> None:
         assert report["status"] == "valid", (example["name"], report)
         assert report["parameters"] == len(example["parameters"]), example["name"]
     assert validate("SELECT * FROM documents")["error"] == "relation_not_allowed"
-
-
-def test_an_rpc_a_servicer_lacks_still_answers_unimplemented_not_built() -> None:
-    # The query space implements its whole contract now; the honest-UNIMPLEMENTED path every
-    # servicer relies on for what it has not built is still checked here.
-    import asyncio
-
-    from testament.queryspace.v1 import queryspace_pb2
-
-    from services.platform.errors import Unimplemented
-    from services.platform.server import _unimplemented
-
-    method = queryspace_pb2.DESCRIPTOR.services_by_name["QuerySpaceService"].methods_by_name["RunSql"]
-    with pytest.raises(Unimplemented) as missing:
-        asyncio.run(_unimplemented(method, "later")(None, None))
-    assert missing.value.reason == "NOT_BUILT" and "QuerySpaceService.RunSql is not implemented" in str(missing.value)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,15 @@ def test_a_service_process_exits_naming_the_variable() -> None:
     )
     assert result.returncode != 0
     assert "TESTAMENT_SHUTDOWN_GRACE_S" in result.stderr
+
+
+def test_the_model_cache_is_read_by_settings_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from services.platform.embeddings import provider_from_settings
+
+    monkeypatch.setenv("TESTAMENT_MODEL_CACHE", str(tmp_path / "models"))
+    settings = load_settings()
+    assert settings.model_cache == tmp_path / "models"
+    assert provider_from_settings(settings)._cache_dir == tmp_path / "models"
+    monkeypatch.delenv("TESTAMENT_MODEL_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert provider_from_settings(load_settings())._cache_dir == tmp_path / "xdg" / "testament" / "models"

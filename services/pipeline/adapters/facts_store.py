@@ -215,16 +215,16 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
             vector = context_vector.get(key)
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
                                            claim_id=claim_id))
-    entity_id = verdict.entity_id
-    rivals = verdict.scores.get("ambiguous_with") if entity_id is not None else None
-    if rivals:
-        await merges.propose_group(conn, space_id, [entity_id, *(uuid.UUID(str(r)) for r in rivals)],
-                                   seed=entity_id)
-    if entity_id is None:
-        entity_id = uuid.uuid4()
+    chosen = verdict.entity_id
+    rivals = verdict.scores.get("ambiguous_with") if chosen is not None else None
+    if chosen is not None and isinstance(rivals, list | tuple) and rivals:
+        await merges.propose_group(conn, space_id, [chosen, *(uuid.UUID(str(r)) for r in rivals)], seed=chosen)
+    if chosen is None:
+        chosen = uuid.uuid4()
         await conn.execute(
             """INSERT INTO entities (entity_id, space_id, canonical_name, normalized_name) VALUES ($1, $2, $3, $4)""",
-            entity_id, space_id, surface, key)
+            chosen, space_id, surface, key)
+    entity_id = chosen
     await conn.execute(
         """INSERT INTO entity_aliases (space_id, entity_id, alias_text, normalized_alias, phonetic)
            VALUES ($1, $2, $3, $4, $5)

@@ -19,6 +19,7 @@ import asyncpg
 from services.pipeline.domain.claims import ClaimDraft, Decision
 from services.pipeline.domain.structure import Chunk, Section, retrieval_text
 from services.platform.db import Database
+from services.platform.ledger import CostLedger
 from services.platform.text import term_frequencies
 
 _NS = uuid.UUID("0b7e2c1a-64f4-4c2f-8f1e-9a53d2c4b7aa")
@@ -309,11 +310,9 @@ class PgStageStore:
     async def record_call(self, *, space_id: uuid.UUID | None, work_id: uuid.UUID | None, stage: str | None,
                           attempt: int | None, provider: str, model: str | None, tokens_in: int | None,
                           tokens_out: int | None, latency_ms: float, outcome: str) -> None:
-        await self.db.execute(
-            """INSERT INTO provider_calls (space_id, work_id, stage, attempt, provider, model, tokens_in, tokens_out,
-                                           latency_ms, outcome)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
-            space_id, work_id, stage, attempt, provider, model, tokens_in, tokens_out, latency_ms, outcome)
+        await CostLedger(self.db).record(space_id=space_id, work_id=work_id, stage=stage, attempt=attempt,
+                                         provider=provider, model=model, tokens_in=tokens_in, tokens_out=tokens_out,
+                                         latency_ms=latency_ms, outcome=outcome)
 
 
 async def _delete_postings(conn: asyncpg.Connection, kind: str, ids: Sequence[uuid.UUID]) -> None:
@@ -326,7 +325,8 @@ async def _delete_postings(conn: asyncpg.Connection, kind: str, ids: Sequence[uu
 async def index_text(conn: asyncpg.Connection, space_id: uuid.UUID, kind: str,
                      items: Sequence[tuple[uuid.UUID, uuid.UUID | None, str]]) -> None:
     """BM25 postings (term frequencies) and lengths for each (target, document, text)."""
-    docs, postings = [], []
+    docs: list[tuple[Any, ...]] = []
+    postings: list[tuple[Any, ...]] = []
     for target_id, doc_id, text in items:
         counts, length = term_frequencies(text)
         docs.append((space_id, kind, target_id, doc_id, length))

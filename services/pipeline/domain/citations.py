@@ -120,10 +120,10 @@ def find_references(markdown: str, others: Iterable[DocumentNames], *, self_id: 
             phrase = re.escape(_norm(title)).replace(r"\ ", r"[\s_-]+")
             if not re.search(phrase, lowered):
                 continue
-            match = re.search(rf"(?:\b{_CUE}[\"“'*_]*|[\"“'*_]){phrase}(?![\w-])", lowered)
-            if match is not None:
+            cited = re.search(rf"(?:\b{_CUE}[\"“'*_]*|[\"“'*_]){phrase}(?![\w-])", lowered)
+            if cited is not None:
                 found[(names.doc_id, "cites")] = Reference(names.doc_id, "cites",
-                                                           _context(markdown, match.start(), match.end()))
+                                                           _context(markdown, cited.start(), cited.end()))
                 break
     return sorted(found.values(), key=lambda r: (str(r.to_doc_id), r.kind))
 

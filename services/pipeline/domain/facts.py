@@ -142,7 +142,7 @@ class AssertionDraft:
     change_kind: str = "none"  # none | succession | correction | negation
     previous_object: str | None = None  # "moved from <previous_object> to <object>"
     previous_value: str | None = None  # a correction's old value ("from 8 June to 9 June")
-    features: dict[str, object] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
 
 
 def _change_kind(text: str) -> str:
@@ -153,10 +153,6 @@ def _change_kind(text: str) -> str:
     if _SUCCESSION.search(text):
         return "succession"
     return "none"
-
-
-def _subject_and_rest(text: str, start: int) -> str:
-    return text[:start]
 
 
 def _names_in(text: str) -> list[str]:

@@ -43,7 +43,7 @@ class Reading:
     mood: str = "fact"  # fact | plan | question | hypothetical | opinion
     hedged: bool = False
     label: str = ""
-    features: dict[str, object] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------- vocabulary

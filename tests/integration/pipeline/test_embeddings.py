@@ -323,3 +323,22 @@ def test_minilm_is_the_default_provider() -> None:
     from services.platform.settings import Settings
 
     assert isinstance(provider_from_settings(Settings()), MiniLMEmbeddings)
+
+
+async def test_a_query_embedding_gets_only_what_is_left_of_the_request_deadline(server: FakeOpenAI) -> None:
+    import asyncio
+    import re
+
+    from services.platform.db import request_deadline
+
+    server.script("hang")
+    calls: list[ProviderCall] = []
+    async with provider_for(server, calls, timeout_s=30.0) as provider:
+        token = request_deadline.set(asyncio.get_running_loop().time() + 0.5)
+        try:
+            with pytest.raises(EmbeddingUnavailable) as caught:
+                await provider.embed(["never answered"])
+        finally:
+            request_deadline.reset(token)
+    budget = float(re.search(r"after ([0-9.]+) s", str(caught.value)).group(1))  # type: ignore[union-attr]
+    assert 0 < budget <= 0.5 and caught.value.outcome == "timeout"

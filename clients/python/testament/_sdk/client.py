@@ -1,86 +1,38 @@
-"""Sync and async clients: one channel, every service's stub, credentials and deadlines.
+"""Sync and async clients: one channel, a typed object per service, credentials and deadlines.
 
-Unary calls get a default deadline (nothing waits forever) and raise
-:class:`~testament.RPCError`. Retries are not automatic: only reads are safe to
-repeat, and the caller knows which calls those are.
+``client.<service>.<Rpc>(request)`` is generated from the contract
+(:mod:`testament._sdk.services`). Every call has a deadline (``timeout`` by default) and
+raises :class:`~testament.RPCError`; unary calls are retried only where the contract's
+``idempotency_level`` says a repeat is safe (:mod:`testament._sdk.calls`), honouring the
+server's RetryInfo. ``tls=True`` (or a ``grpc.ChannelCredentials``) opens a TLS channel.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import mimetypes
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from testament._sdk.errors import RPCError
-from testament.common.v1 import deployment_pb2_grpc
-from testament.graph.v1 import graph_pb2_grpc
-from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
-from testament.pipeline.v1 import pipeline_pb2_grpc
-from testament.queryspace.v1 import queryspace_pb2_grpc
-from testament.retrieval.v1 import retrieval_pb2_grpc
-
-_STUBS: dict[str, Callable[[Any], Any]] = {
-    "deployment": deployment_pb2_grpc.DeploymentServiceStub,
-    "ingest": ingest_pb2_grpc.IngestServiceStub,
-    "pipeline": pipeline_pb2_grpc.PipelineServiceStub,
-    "retrieval": retrieval_pb2_grpc.RetrievalServiceStub,
-    "graph": graph_pb2_grpc.GraphServiceStub,
-    "queryspace": queryspace_pb2_grpc.QuerySpaceServiceStub,
-}
+from testament._sdk import services
+from testament._sdk.calls import RetryPolicy
+from testament.ingest.v1 import ingest_pb2
 
 
-class _Bound:
-    """A stub whose methods add credentials and a default deadline, and raise RPCError."""
-
-    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]], timeout: float, aio: bool) -> None:
-        self._stub = stub
-        self._metadata = tuple(metadata)
-        self._timeout = timeout
-        self._aio = aio
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-        metadata, timeout = self._metadata, self._timeout
-
-        if self._aio:
-            async def call_async(request: Any, *, timeout_s: float | None = None, **kw: Any) -> Any:
-                try:
-                    return await method(request, metadata=metadata, timeout=timeout_s or timeout, **kw)
-                except grpc.RpcError as error:
-                    raise RPCError.from_grpc(error) from None
-
-            return call_async
-
-        def call(request: Any, *, timeout_s: float | None = None, **kw: Any) -> Any:
-            try:
-                return method(request, metadata=metadata, timeout=timeout_s or timeout, **kw)
-            except grpc.RpcError as error:
-                raise RPCError.from_grpc(error) from None
-
-        return call
+def _channel(target: str, tls: bool | grpc.ChannelCredentials, aio: bool) -> Any:
+    if tls is False:
+        return grpc.aio.insecure_channel(target) if aio else grpc.insecure_channel(target)
+    credentials = grpc.ssl_channel_credentials() if tls is True else tls
+    return grpc.aio.secure_channel(target, credentials) if aio else grpc.secure_channel(target, credentials)
 
 
-class _Base:
-    def __init__(self, target: str, *, api_key: str | None, timeout: float, aio: bool) -> None:
-        if api_key is not None and (not api_key.strip() or "\n" in api_key):
-            raise ValueError("api_key must be a non-empty single line")
-        metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
-        self.target = target
-        self.timeout = timeout
-        self._channel: Any = (grpc.aio.insecure_channel(target) if aio else grpc.insecure_channel(target))
-        for name, factory in _STUBS.items():
-            setattr(self, name, _Bound(factory(self._channel), metadata, timeout, aio))
-
-    deployment: Any
-    ingest: Any
-    pipeline: Any
-    retrieval: Any
-    graph: Any
-    queryspace: Any
+def _metadata(api_key: str | None) -> list[tuple[str, str]]:
+    if api_key is not None and (not api_key.strip() or "\n" in api_key):
+        raise ValueError("api_key must be a non-empty single line")
+    return [("authorization", f"Bearer {api_key}")] if api_key else []
 
 
 CHUNK = 1 << 20
@@ -133,12 +85,21 @@ def _watch_request(version_ids: Sequence[str], pipeline: bool, p1: bool, live_gr
     return ingest_pb2.WatchReadinessRequest(version_ids=list(version_ids), require=require)
 
 
-class Client(_Base):
-    """Blocking client. ``Client(target, api_key=..., timeout=30.0)``; a context manager."""
+class Client:
+    """Blocking client. ``Client(target, api_key=..., timeout=30.0, tls=False)``; a context manager."""
 
-    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
-        super().__init__(target, api_key=api_key, timeout=timeout, aio=False)
+    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0,
+                 tls: bool | grpc.ChannelCredentials = False, retry: RetryPolicy | None = None) -> None:
+        metadata, policy = _metadata(api_key), retry or RetryPolicy()
+        self.target, self.timeout = target, timeout
+        self._channel = _channel(target, tls, aio=False)
         self._closed = False
+        self.deployment = services.DeploymentService(self._channel, metadata, timeout, policy)
+        self.ingest = services.IngestService(self._channel, metadata, timeout, policy)
+        self.pipeline = services.PipelineService(self._channel, metadata, timeout, policy)
+        self.retrieval = services.RetrievalService(self._channel, metadata, timeout, policy)
+        self.graph = services.GraphService(self._channel, metadata, timeout, policy)
+        self.queryspace = services.QuerySpaceService(self._channel, metadata, timeout, policy)
 
     def upload(self, source: bytes | str | Path | Iterable[bytes], *, filename: str | None = None,
                timeout_s: float = 3600.0, **options: Any) -> ingest_pb2.UploadResponse:
@@ -162,12 +123,8 @@ class Client(_Base):
                         timeout_s: float = 1800.0) -> Iterator[ingest_pb2.PipelineReadinessReport]:
         """Each change of the readiness report, until ready or a stage is dead-lettered."""
         request = _watch_request(version_ids, pipeline, p1, live_graph, p3)
-        try:
-            for message in self.ingest._stub.WatchReadiness(request, metadata=self.ingest._metadata,
-                                                             timeout=timeout_s):
-                yield message.report
-        except grpc.RpcError as error:
-            raise RPCError.from_grpc(error) from None
+        for message in self.ingest.WatchReadiness(request, timeout_s=timeout_s):
+            yield message.report
 
     def close(self) -> None:
         if not self._closed:
@@ -181,12 +138,21 @@ class Client(_Base):
         self.close()
 
 
-class AsyncClient(_Base):
+class AsyncClient:
     """asyncio client; ``async with AsyncClient(target) as client: await client.deployment…``."""
 
-    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
-        super().__init__(target, api_key=api_key, timeout=timeout, aio=True)
+    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0,
+                 tls: bool | grpc.ChannelCredentials = False, retry: RetryPolicy | None = None) -> None:
+        metadata, policy = _metadata(api_key), retry or RetryPolicy()
+        self.target, self.timeout = target, timeout
+        self._channel = _channel(target, tls, aio=True)
         self._closed = False
+        self.deployment = services.AsyncDeploymentService(self._channel, metadata, timeout, policy)
+        self.ingest = services.AsyncIngestService(self._channel, metadata, timeout, policy)
+        self.pipeline = services.AsyncPipelineService(self._channel, metadata, timeout, policy)
+        self.retrieval = services.AsyncRetrievalService(self._channel, metadata, timeout, policy)
+        self.graph = services.AsyncGraphService(self._channel, metadata, timeout, policy)
+        self.queryspace = services.AsyncQuerySpaceService(self._channel, metadata, timeout, policy)
 
     async def upload(self, source: bytes | str | Path | Iterable[bytes] | AsyncIterator[bytes], *,
                      filename: str | None = None, timeout_s: float = 3600.0,
@@ -200,11 +166,11 @@ class AsyncClient(_Base):
 
         async def stream() -> AsyncIterator[ingest_pb2.UploadRequest]:
             yield first
-            if hasattr(source, "__aiter__"):
-                async for piece in source:  # type: ignore[union-attr]
+            if isinstance(source, AsyncIterator):
+                async for piece in source:
                     yield ingest_pb2.UploadRequest(chunk=piece)
             else:
-                for piece in _chunks(source):  # type: ignore[arg-type]
+                for piece in _chunks(source):
                     yield ingest_pb2.UploadRequest(chunk=piece)
 
         return await self.ingest.Upload(stream(), timeout_s=timeout_s)
@@ -213,12 +179,8 @@ class AsyncClient(_Base):
                               live_graph: bool = True, p3: bool = False,
                               timeout_s: float = 1800.0) -> AsyncIterator[ingest_pb2.PipelineReadinessReport]:
         request = _watch_request(version_ids, pipeline, p1, live_graph, p3)
-        try:
-            async for message in self.ingest._stub.WatchReadiness(request, metadata=self.ingest._metadata,
-                                                                   timeout=timeout_s):
-                yield message.report
-        except grpc.RpcError as error:
-            raise RPCError.from_grpc(error) from None
+        async for message in self.ingest.WatchReadiness(request, timeout_s=timeout_s):
+            yield message.report
 
     async def close(self) -> None:
         if not self._closed:

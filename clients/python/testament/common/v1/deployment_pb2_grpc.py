@@ -105,6 +105,7 @@ class DeploymentServiceServicer:
         before anything is ingested.
         Errors: 403 `credential may not perform this operation` for an `ingest`
         credential (PERMISSION_DENIED).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -116,6 +117,7 @@ class DeploymentServiceServicer:
         Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
         the gRPC health service reports NOT_SERVING); 503
         {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+        Reasons: DATABASE_DOWN.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,6 +131,7 @@ class DeploymentServiceServicer:
         the default space.
         Errors: 401 `a perimeter credential is required` / `perimeter
         authentication failed` (UNAUTHENTICATED).
+        Reasons: NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,6 +145,7 @@ class DeploymentServiceServicer:
         Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
         read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
         trusted key or principals outside the caller's.
+        Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -151,6 +155,7 @@ class DeploymentServiceServicer:
         """The keys of the caller's own space (prefix, scope, principals, state;
         never a key).
         Errors: none beyond the common ones.
+        Reasons: NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -162,6 +167,7 @@ class DeploymentServiceServicer:
         Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
         revoked key, or one of another space (never told apart);
         INVALID_ARGUMENT for a non-UUID credential_id.
+        Reasons: KEY_NOT_FOUND, NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -174,6 +180,7 @@ class DeploymentServiceServicer:
         Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
         INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
         SPACE_EXISTS}.
+        Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -183,6 +190,7 @@ class DeploymentServiceServicer:
         """The spaces the caller may know of: every space for the operator, the
         caller's own space for anyone else (other tenants are never named).
         Errors: none beyond the common ones.
+        Reasons: NOT_SERVED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,6 +49,7 @@ class DeploymentServiceStub:
     before anything is ingested.
     Errors: 403 `credential may not perform this operation` for an `ingest`
     credential (PERMISSION_DENIED).
+    Reasons: only the common ones (errors.proto).
     """
     CheckHealth: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.CheckHealthRequest, _deployment_pb2.CheckHealthResponse]
     """GET /healthz: `SELECT 1` against the database. Needs no credential, is not
@@ -56,6 +57,7 @@ class DeploymentServiceStub:
     Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
     the gRPC health service reports NOT_SERVING); 503
     {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+    Reasons: DATABASE_DOWN.
     """
     Authenticate: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.AuthenticateRequest, _deployment_pb2.AuthenticateResponse]
     """Who the caller's `authorization` metadata says they are (gRPC only, no
@@ -65,6 +67,7 @@ class DeploymentServiceStub:
     the default space.
     Errors: 401 `a perimeter credential is required` / `perimeter
     authentication failed` (UNAUTHENTICATED).
+    Reasons: NOT_SERVED.
     """
     CreateKey: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.CreateKeyRequest, _deployment_pb2.CreateKeyResponse]
     """Issues an API key in the caller's own space (gRPC and the gateway's
@@ -74,11 +77,13 @@ class DeploymentServiceStub:
     Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
     read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
     trusted key or principals outside the caller's.
+    Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
     """
     ListKeys: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.ListKeysRequest, _deployment_pb2.ListKeysResponse]
     """The keys of the caller's own space (prefix, scope, principals, state;
     never a key).
     Errors: none beyond the common ones.
+    Reasons: NOT_SERVED.
     """
     RevokeKey: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.RevokeKeyRequest, _deployment_pb2.RevokeKeyResponse]
     """Revokes a key of the caller's own space; it is refused from its next
@@ -86,6 +91,7 @@ class DeploymentServiceStub:
     Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
     revoked key, or one of another space (never told apart);
     INVALID_ARGUMENT for a non-UUID credential_id.
+    Reasons: KEY_NOT_FOUND, NOT_SERVED.
     """
     CreateSpace: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.CreateSpaceRequest, _deployment_pb2.CreateSpaceResponse]
     """Creates a tenant space. Only the deployment's operator may: a trusted
@@ -94,11 +100,13 @@ class DeploymentServiceStub:
     Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
     INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
     SPACE_EXISTS}.
+    Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
     """
     ListSpaces: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.ListSpacesRequest, _deployment_pb2.ListSpacesResponse]
     """The spaces the caller may know of: every space for the operator, the
     caller's own space for anyone else (other tenants are never named).
     Errors: none beyond the common ones.
+    Reasons: NOT_SERVED.
     """
 
 @_typing.type_check_only
@@ -122,6 +130,7 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     before anything is ingested.
     Errors: 403 `credential may not perform this operation` for an `ingest`
     credential (PERMISSION_DENIED).
+    Reasons: only the common ones (errors.proto).
     """
     CheckHealth: _aio.UnaryUnaryMultiCallable[_deployment_pb2.CheckHealthRequest, _deployment_pb2.CheckHealthResponse]  # type: ignore[assignment]
     """GET /healthz: `SELECT 1` against the database. Needs no credential, is not
@@ -129,6 +138,7 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
     the gRPC health service reports NOT_SERVING); 503
     {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+    Reasons: DATABASE_DOWN.
     """
     Authenticate: _aio.UnaryUnaryMultiCallable[_deployment_pb2.AuthenticateRequest, _deployment_pb2.AuthenticateResponse]  # type: ignore[assignment]
     """Who the caller's `authorization` metadata says they are (gRPC only, no
@@ -138,6 +148,7 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     the default space.
     Errors: 401 `a perimeter credential is required` / `perimeter
     authentication failed` (UNAUTHENTICATED).
+    Reasons: NOT_SERVED.
     """
     CreateKey: _aio.UnaryUnaryMultiCallable[_deployment_pb2.CreateKeyRequest, _deployment_pb2.CreateKeyResponse]  # type: ignore[assignment]
     """Issues an API key in the caller's own space (gRPC and the gateway's
@@ -147,11 +158,13 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
     read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
     trusted key or principals outside the caller's.
+    Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
     """
     ListKeys: _aio.UnaryUnaryMultiCallable[_deployment_pb2.ListKeysRequest, _deployment_pb2.ListKeysResponse]  # type: ignore[assignment]
     """The keys of the caller's own space (prefix, scope, principals, state;
     never a key).
     Errors: none beyond the common ones.
+    Reasons: NOT_SERVED.
     """
     RevokeKey: _aio.UnaryUnaryMultiCallable[_deployment_pb2.RevokeKeyRequest, _deployment_pb2.RevokeKeyResponse]  # type: ignore[assignment]
     """Revokes a key of the caller's own space; it is refused from its next
@@ -159,6 +172,7 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
     revoked key, or one of another space (never told apart);
     INVALID_ARGUMENT for a non-UUID credential_id.
+    Reasons: KEY_NOT_FOUND, NOT_SERVED.
     """
     CreateSpace: _aio.UnaryUnaryMultiCallable[_deployment_pb2.CreateSpaceRequest, _deployment_pb2.CreateSpaceResponse]  # type: ignore[assignment]
     """Creates a tenant space. Only the deployment's operator may: a trusted
@@ -167,11 +181,13 @@ class DeploymentServiceAsyncStub(DeploymentServiceStub):
     Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
     INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
     SPACE_EXISTS}.
+    Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
     """
     ListSpaces: _aio.UnaryUnaryMultiCallable[_deployment_pb2.ListSpacesRequest, _deployment_pb2.ListSpacesResponse]  # type: ignore[assignment]
     """The spaces the caller may know of: every space for the operator, the
     caller's own space for anyone else (other tenants are never named).
     Errors: none beyond the common ones.
+    Reasons: NOT_SERVED.
     """
 
 class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -198,6 +214,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         before anything is ingested.
         Errors: 403 `credential may not perform this operation` for an `ingest`
         credential (PERMISSION_DENIED).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -211,6 +228,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
         the gRPC health service reports NOT_SERVING); 503
         {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+        Reasons: DATABASE_DOWN.
         """
 
     @_abc_1.abstractmethod
@@ -226,6 +244,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         the default space.
         Errors: 401 `a perimeter credential is required` / `perimeter
         authentication failed` (UNAUTHENTICATED).
+        Reasons: NOT_SERVED.
         """
 
     @_abc_1.abstractmethod
@@ -241,6 +260,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
         read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
         trusted key or principals outside the caller's.
+        Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
         """
 
     @_abc_1.abstractmethod
@@ -252,6 +272,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         """The keys of the caller's own space (prefix, scope, principals, state;
         never a key).
         Errors: none beyond the common ones.
+        Reasons: NOT_SERVED.
         """
 
     @_abc_1.abstractmethod
@@ -265,6 +286,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
         revoked key, or one of another space (never told apart);
         INVALID_ARGUMENT for a non-UUID credential_id.
+        Reasons: KEY_NOT_FOUND, NOT_SERVED.
         """
 
     @_abc_1.abstractmethod
@@ -279,6 +301,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
         INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
         SPACE_EXISTS}.
+        Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
         """
 
     @_abc_1.abstractmethod
@@ -290,6 +313,7 @@ class DeploymentServiceServicer(metaclass=_abc_1.ABCMeta):
         """The spaces the caller may know of: every space for the operator, the
         caller's own space for anyone else (other tenants are never named).
         Errors: none beyond the common ones.
+        Reasons: NOT_SERVED.
         """
 
 def add_DeploymentServiceServicer_to_server(servicer: DeploymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

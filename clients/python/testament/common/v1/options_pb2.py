@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!testament/common/v1/options.proto\x12\x13testament.common.v1\x1a google/protobuf/descriptor.proto*a\n\x05Scope\x12\x15\n\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0e\n\nSCOPE_NONE\x10\x01\x12\x0e\n\nSCOPE_READ\x10\x02\x12\x10\n\x0cSCOPE_INGEST\x10\x03\x12\x0f\n\x0bSCOPE_WRITE\x10\x04:K\n\x05scope\x12\x1e.google.protobuf.MethodOptions\x18\xd1\x86\x03 \x01(\x0e\x32\x1a.testament.common.v1.Scope:1\n\x04wire\x12!.google.protobuf.EnumValueOptions\x18\xd2\x86\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!testament/common/v1/options.proto\x12\x13testament.common.v1\x1a google/protobuf/descriptor.proto*a\n\x05Scope\x12\x15\n\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0e\n\nSCOPE_NONE\x10\x01\x12\x0e\n\nSCOPE_READ\x10\x02\x12\x10\n\x0cSCOPE_INGEST\x10\x03\x12\x0f\n\x0bSCOPE_WRITE\x10\x04:K\n\x05scope\x12\x1e.google.protobuf.MethodOptions\x18\xd1\x86\x03 \x01(\x0e\x32\x1a.testament.common.v1.Scope:3\n\tnot_built\x12\x1e.google.protobuf.MethodOptions\x18\xd3\x86\x03 \x01(\t:1\n\x04wire\x12!.google.protobuf.EnumValueOptions\x18\xd2\x86\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

@@ -56,10 +56,17 @@ SCOPE_WRITE: Scope.ValueType  # 4
 Global___Scope: _TypeAlias = Scope  # noqa: Y015
 
 SCOPE_FIELD_NUMBER: _builtins.int
+NOT_BUILT_FIELD_NUMBER: _builtins.int
 WIRE_FIELD_NUMBER: _builtins.int
 scope: _extension_dict._ExtensionFieldDescriptor[_descriptor_pb2.MethodOptions, Global___Scope.ValueType]
 """The credential scope an RPC needs; NONE = no credential (health); INGEST =
 ingest or write; WRITE = write only; READ = read or write.
+"""
+not_built: _extension_dict._ExtensionFieldDescriptor[_descriptor_pb2.MethodOptions, _builtins.str]
+"""Set on an RPC the contract declares before any service implements it: the
+server then answers UNIMPLEMENTED {reason NOT_BUILT} with this text. A
+service that neither implements an RPC nor finds it declared here refuses
+to start (services/platform/server.py).
 """
 wire: _extension_dict._ExtensionFieldDescriptor[_descriptor_pb2.EnumValueOptions, _builtins.str]
 """Exact JSON string of an enum value when the default rule (value name minus

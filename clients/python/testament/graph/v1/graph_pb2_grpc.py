@@ -35,7 +35,7 @@ class GraphServiceStub:
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -89,7 +89,7 @@ class GraphServiceServicer:
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -112,6 +112,7 @@ class GraphServiceServicer:
         Negatives: entity not in the graph -> unknown_entity; no neighbour ->
         known_empty; a foreign continuation -> boundary (200).
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +124,7 @@ class GraphServiceServicer:
         nodes and edges distinct. Either entity missing -> unknown_entity; no
         path -> known_empty.
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +138,7 @@ class GraphServiceServicer:
         evidence_count 0, validity fields null). Mode current when chains are
         found. Doc not live -> unknown_entity; no chain -> known_empty.
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +152,7 @@ class GraphServiceServicer:
         Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
         outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
         ready (the caller answers with a `boundary` negative).
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -195,7 +199,7 @@ class GraphService:
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.

@@ -36,7 +36,7 @@ class GraphServiceStub:
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -63,6 +63,7 @@ class GraphServiceStub:
     Negatives: entity not in the graph -> unknown_entity; no neighbour ->
     known_empty; a foreign continuation -> boundary (200).
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     Path: _grpc.UnaryUnaryMultiCallable[_graph_pb2.PathRequest, _graph_pb2.PathResponse]
     """POST /graph/path: <= 10 paths, all of the same shortest length, each whole
@@ -70,6 +71,7 @@ class GraphServiceStub:
     nodes and edges distinct. Either entity missing -> unknown_entity; no
     path -> known_empty.
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     CitationPath: _grpc.UnaryUnaryMultiCallable[_graph_pb2.CitationPathRequest, _graph_pb2.CitationPathResponse]
     """POST /graph/citation-path: <= 10 directed citation chains over the current
@@ -79,6 +81,7 @@ class GraphServiceStub:
     evidence_count 0, validity fields null). Mode current when chains are
     found. Doc not live -> unknown_entity; no chain -> known_empty.
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     ExpandEntities: _grpc.UnaryUnaryMultiCallable[_graph_pb2.ExpandEntitiesRequest, _graph_pb2.ExpandEntitiesResponse]
     """ExpandEntities (service-to-service, no HTTP route): facts_context's
@@ -88,6 +91,7 @@ class GraphServiceStub:
     Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
     outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
     ready (the caller answers with a `boundary` negative).
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -101,7 +105,7 @@ class GraphServiceAsyncStub(GraphServiceStub):
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -125,6 +129,7 @@ class GraphServiceAsyncStub(GraphServiceStub):
     Negatives: entity not in the graph -> unknown_entity; no neighbour ->
     known_empty; a foreign continuation -> boundary (200).
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     Path: _aio.UnaryUnaryMultiCallable[_graph_pb2.PathRequest, _graph_pb2.PathResponse]  # type: ignore[assignment]
     """POST /graph/path: <= 10 paths, all of the same shortest length, each whole
@@ -132,6 +137,7 @@ class GraphServiceAsyncStub(GraphServiceStub):
     nodes and edges distinct. Either entity missing -> unknown_entity; no
     path -> known_empty.
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     CitationPath: _aio.UnaryUnaryMultiCallable[_graph_pb2.CitationPathRequest, _graph_pb2.CitationPathResponse]  # type: ignore[assignment]
     """POST /graph/citation-path: <= 10 directed citation chains over the current
@@ -141,6 +147,7 @@ class GraphServiceAsyncStub(GraphServiceStub):
     evidence_count 0, validity fields null). Mode current when chains are
     found. Doc not live -> unknown_entity; no chain -> known_empty.
     Errors: the shared graph errors.
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
     ExpandEntities: _aio.UnaryUnaryMultiCallable[_graph_pb2.ExpandEntitiesRequest, _graph_pb2.ExpandEntitiesResponse]  # type: ignore[assignment]
     """ExpandEntities (service-to-service, no HTTP route): facts_context's
@@ -150,6 +157,7 @@ class GraphServiceAsyncStub(GraphServiceStub):
     Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
     outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
     ready (the caller answers with a `boundary` negative).
+    Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
     """
 
 class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -162,7 +170,7 @@ class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
     Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
     (frontier_budget), 1,000 ms traversal (time_budget), the route's result
     limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
-    process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+    process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
 
     Clocks: `valid_at` and `believed_at` both or neither (default both = request
     time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -190,6 +198,7 @@ class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
         Negatives: entity not in the graph -> unknown_entity; no neighbour ->
         known_empty; a foreign continuation -> boundary (200).
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -203,6 +212,7 @@ class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
         nodes and edges distinct. Either entity missing -> unknown_entity; no
         path -> known_empty.
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -218,6 +228,7 @@ class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
         evidence_count 0, validity fields null). Mode current when chains are
         found. Doc not live -> unknown_entity; no chain -> known_empty.
         Errors: the shared graph errors.
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -233,6 +244,7 @@ class GraphServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
         outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
         ready (the caller answers with a `boundary` negative).
+        Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
         """
 
 def add_GraphServiceServicer_to_server(servicer: GraphServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

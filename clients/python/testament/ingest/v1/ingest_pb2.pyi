@@ -202,7 +202,7 @@ class UploadOptions(_message.Message):
     """X-Ingest-Principal-Kind header: user | api_credential | service. A raw
     string on purpose: outside trusted mode attribution is silently ignored,
     so an invalid value must not be refused by the gateway; in trusted mode
-    (REMEMBERSTACK_SELFHOST_TRUSTED_PRINCIPAL_SOURCE=true and auth off or a
+    (TESTAMENT_TRUSTED_PRINCIPAL_SOURCE=true and auth off or a
     `write` credential) the service 422s `invalid_ingest_principal`.
     """
     principal_ref: _builtins.str

@@ -93,7 +93,7 @@ class IngestServiceServicer:
         when given (see UploadOptions). Returns the version in force.
         Errors: 411 `length_required` (no Content-Length / expected_size while a
         body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
-        REMEMBERSTACK_SELFHOST_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
+        TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
         `source_forgotten` (hard-forgotten bytes or pair; permanent;
         FAILED_PRECONDITION);
         422 `source_kind and source_ref must be supplied together`, 422 `source
@@ -105,6 +105,10 @@ class IngestServiceServicer:
         versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
         {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
         own bounded retries; nothing recorded, safe to resend (ABORTED).
+        Reasons: OPTIONS_FIRST, OPTIONS_TWICE, BODY_TOO_LARGE, NOT_UTC,
+        SOURCE_PAIR_INCOMPLETE, SOURCE_LINEAGE_REQUIRES_PAIR, PRINCIPAL_NOT_HELD,
+        PRINCIPAL_INCOMPLETE, INVALID_INGEST_PRINCIPAL, DOCUMENT_NOT_VISIBLE,
+        OBJECT_STORE_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -116,6 +120,7 @@ class IngestServiceServicer:
         An unknown version id is not an error (all its stages `missing`).
         Errors: 422 validation list for an empty or >1000 list, a non-UUID, a
         missing `require` member or an unknown field (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +133,7 @@ class IngestServiceServicer:
         `dead_letter`. Clients replace the polling of `wait_for_readiness`.
         Errors: as GetReadiness; the client's deadline ends the stream with
         DEADLINE_EXCEEDED.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,6 +145,7 @@ class IngestServiceServicer:
         never listed. For gRPC callers `cursor` is the page token.
         Errors: 400 `cursor is malformed` (INVALID_ARGUMENT); 422 validation list
         for limit or status (INVALID_ARGUMENT).
+        Reasons: CURSOR_MALFORMED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,6 +165,7 @@ class IngestServiceServicer:
         the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
         A deletion wins over processing: stages of the document's versions still
         running finish as `skipped` and write nothing.
+        Reasons: DOCUMENT_NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

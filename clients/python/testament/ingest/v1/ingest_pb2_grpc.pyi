@@ -52,7 +52,7 @@ class IngestServiceStub:
     when given (see UploadOptions). Returns the version in force.
     Errors: 411 `length_required` (no Content-Length / expected_size while a
     body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
-    REMEMBERSTACK_SELFHOST_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
+    TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
     `source_forgotten` (hard-forgotten bytes or pair; permanent;
     FAILED_PRECONDITION);
     422 `source_kind and source_ref must be supplied together`, 422 `source
@@ -64,6 +64,10 @@ class IngestServiceStub:
     versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
     {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
     own bounded retries; nothing recorded, safe to resend (ABORTED).
+    Reasons: OPTIONS_FIRST, OPTIONS_TWICE, BODY_TOO_LARGE, NOT_UTC,
+    SOURCE_PAIR_INCOMPLETE, SOURCE_LINEAGE_REQUIRES_PAIR, PRINCIPAL_NOT_HELD,
+    PRINCIPAL_INCOMPLETE, INVALID_INGEST_PRINCIPAL, DOCUMENT_NOT_VISIBLE,
+    OBJECT_STORE_UNAVAILABLE.
     """
     GetReadiness: _grpc.UnaryUnaryMultiCallable[_ingest_pb2.GetReadinessRequest, _ingest_pb2.GetReadinessResponse]
     """POST /readiness: a pure read of pipeline and capability readiness for up
@@ -71,6 +75,7 @@ class IngestServiceStub:
     An unknown version id is not an error (all its stages `missing`).
     Errors: 422 validation list for an empty or >1000 list, a non-UUID, a
     missing `require` member or an unknown field (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     WatchReadiness: _grpc.UnaryStreamMultiCallable[_ingest_pb2.WatchReadinessRequest, _ingest_pb2.WatchReadinessResponse]
     """WatchReadiness (gRPC only, no HTTP route): sends the current report at
@@ -79,6 +84,7 @@ class IngestServiceStub:
     `dead_letter`. Clients replace the polling of `wait_for_readiness`.
     Errors: as GetReadiness; the client's deadline ends the stream with
     DEADLINE_EXCEEDED.
+    Reasons: only the common ones (errors.proto).
     """
     ListDocuments: _grpc.UnaryUnaryMultiCallable[_ingest_pb2.ListDocumentsRequest, _ingest_pb2.ListDocumentsResponse]
     """GET /documents: one page of documents, ordered by first_seen_at desc, then
@@ -86,6 +92,7 @@ class IngestServiceStub:
     never listed. For gRPC callers `cursor` is the page token.
     Errors: 400 `cursor is malformed` (INVALID_ARGUMENT); 422 validation list
     for limit or status (INVALID_ARGUMENT).
+    Reasons: CURSOR_MALFORMED.
     """
     DeleteDocument: _grpc.UnaryUnaryMultiCallable[_ingest_pb2.DeleteDocumentRequest, _ingest_pb2.DeleteDocumentResponse]
     """DELETE /documents/{doc_id}: removes every version of a document, all or
@@ -101,6 +108,7 @@ class IngestServiceStub:
     the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
     A deletion wins over processing: stages of the document's versions still
     running finish as `skipped` and write nothing.
+    Reasons: DOCUMENT_NOT_FOUND.
     """
 
 @_typing.type_check_only
@@ -127,7 +135,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     when given (see UploadOptions). Returns the version in force.
     Errors: 411 `length_required` (no Content-Length / expected_size while a
     body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
-    REMEMBERSTACK_SELFHOST_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
+    TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
     `source_forgotten` (hard-forgotten bytes or pair; permanent;
     FAILED_PRECONDITION);
     422 `source_kind and source_ref must be supplied together`, 422 `source
@@ -139,6 +147,10 @@ class IngestServiceAsyncStub(IngestServiceStub):
     versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
     {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
     own bounded retries; nothing recorded, safe to resend (ABORTED).
+    Reasons: OPTIONS_FIRST, OPTIONS_TWICE, BODY_TOO_LARGE, NOT_UTC,
+    SOURCE_PAIR_INCOMPLETE, SOURCE_LINEAGE_REQUIRES_PAIR, PRINCIPAL_NOT_HELD,
+    PRINCIPAL_INCOMPLETE, INVALID_INGEST_PRINCIPAL, DOCUMENT_NOT_VISIBLE,
+    OBJECT_STORE_UNAVAILABLE.
     """
     GetReadiness: _aio.UnaryUnaryMultiCallable[_ingest_pb2.GetReadinessRequest, _ingest_pb2.GetReadinessResponse]  # type: ignore[assignment]
     """POST /readiness: a pure read of pipeline and capability readiness for up
@@ -146,6 +158,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     An unknown version id is not an error (all its stages `missing`).
     Errors: 422 validation list for an empty or >1000 list, a non-UUID, a
     missing `require` member or an unknown field (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     WatchReadiness: _aio.UnaryStreamMultiCallable[_ingest_pb2.WatchReadinessRequest, _ingest_pb2.WatchReadinessResponse]  # type: ignore[assignment]
     """WatchReadiness (gRPC only, no HTTP route): sends the current report at
@@ -154,6 +167,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     `dead_letter`. Clients replace the polling of `wait_for_readiness`.
     Errors: as GetReadiness; the client's deadline ends the stream with
     DEADLINE_EXCEEDED.
+    Reasons: only the common ones (errors.proto).
     """
     ListDocuments: _aio.UnaryUnaryMultiCallable[_ingest_pb2.ListDocumentsRequest, _ingest_pb2.ListDocumentsResponse]  # type: ignore[assignment]
     """GET /documents: one page of documents, ordered by first_seen_at desc, then
@@ -161,6 +175,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     never listed. For gRPC callers `cursor` is the page token.
     Errors: 400 `cursor is malformed` (INVALID_ARGUMENT); 422 validation list
     for limit or status (INVALID_ARGUMENT).
+    Reasons: CURSOR_MALFORMED.
     """
     DeleteDocument: _aio.UnaryUnaryMultiCallable[_ingest_pb2.DeleteDocumentRequest, _ingest_pb2.DeleteDocumentResponse]  # type: ignore[assignment]
     """DELETE /documents/{doc_id}: removes every version of a document, all or
@@ -176,6 +191,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
     A deletion wins over processing: stages of the document's versions still
     running finish as `skipped` and write nothing.
+    Reasons: DOCUMENT_NOT_FOUND.
     """
 
 class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -205,7 +221,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         when given (see UploadOptions). Returns the version in force.
         Errors: 411 `length_required` (no Content-Length / expected_size while a
         body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
-        REMEMBERSTACK_SELFHOST_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
+        TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
         `source_forgotten` (hard-forgotten bytes or pair; permanent;
         FAILED_PRECONDITION);
         422 `source_kind and source_ref must be supplied together`, 422 `source
@@ -217,6 +233,10 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         versioning_mode; INVALID_ARGUMENT); 403 for a `read` credential; 409
         {reason TRANSACTION_CONFLICT} when concurrent writes won after the server's
         own bounded retries; nothing recorded, safe to resend (ABORTED).
+        Reasons: OPTIONS_FIRST, OPTIONS_TWICE, BODY_TOO_LARGE, NOT_UTC,
+        SOURCE_PAIR_INCOMPLETE, SOURCE_LINEAGE_REQUIRES_PAIR, PRINCIPAL_NOT_HELD,
+        PRINCIPAL_INCOMPLETE, INVALID_INGEST_PRINCIPAL, DOCUMENT_NOT_VISIBLE,
+        OBJECT_STORE_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -230,6 +250,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         An unknown version id is not an error (all its stages `missing`).
         Errors: 422 validation list for an empty or >1000 list, a non-UUID, a
         missing `require` member or an unknown field (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -244,6 +265,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         `dead_letter`. Clients replace the polling of `wait_for_readiness`.
         Errors: as GetReadiness; the client's deadline ends the stream with
         DEADLINE_EXCEEDED.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -257,6 +279,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         never listed. For gRPC callers `cursor` is the page token.
         Errors: 400 `cursor is malformed` (INVALID_ARGUMENT); 422 validation list
         for limit or status (INVALID_ARGUMENT).
+        Reasons: CURSOR_MALFORMED.
         """
 
     @_abc_1.abstractmethod
@@ -278,6 +301,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         the server's own bounded retries; nothing deleted, safe to resend (ABORTED).
         A deletion wins over processing: stages of the document's versions still
         running finish as `skipped` and write nothing.
+        Reasons: DOCUMENT_NOT_FOUND.
         """
 
 def add_IngestServiceServicer_to_server(servicer: IngestServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -86,6 +86,7 @@ class PipelineServiceServicer:
         """Lists dead-lettered work units (attempts exhausted), newest first.
         Errors: INVALID_ARGUMENT for a malformed cursor, limit outside 1-200 or a
         non-UUID version_id.
+        Reasons: CURSOR_MALFORMED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -99,6 +100,7 @@ class PipelineServiceServicer:
         FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
         {reason VERSION_DELETED} its version was deleted (deletion wins);
         INVALID_ARGUMENT attempts outside 1-10.
+        Reasons: WORK_UNIT_NOT_FOUND, NOT_DEAD_LETTER, VERSION_DELETED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +111,7 @@ class PipelineServiceServicer:
         defer_reason no_route whose bytes' MIME now has a converter route.
         Versions whose MIME still has no route stay parked and are not listed.
         Errors: none beyond the common ones.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +120,7 @@ class PipelineServiceServicer:
     def InspectQueue(self, request, context):
         """Counts queued work by stage x status x defer_reason (one consistent read).
         Errors: none beyond the common ones.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +132,7 @@ class PipelineServiceServicer:
         token and is not routed by the gateway). Receipts are ordered by cursor.
         Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
         outside 1-500.
+        Reasons: CURSOR_MALFORMED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

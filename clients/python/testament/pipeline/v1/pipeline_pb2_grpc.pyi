@@ -46,6 +46,7 @@ class PipelineServiceStub:
     """Lists dead-lettered work units (attempts exhausted), newest first.
     Errors: INVALID_ARGUMENT for a malformed cursor, limit outside 1-200 or a
     non-UUID version_id.
+    Reasons: CURSOR_MALFORMED.
     """
     ReplayDeadLetter: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ReplayDeadLetterRequest, _pipeline_pb2.ReplayDeadLetterResponse]
     """Puts one dead-lettered work unit back in the queue as `pending` with a
@@ -55,16 +56,19 @@ class PipelineServiceStub:
     FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
     {reason VERSION_DELETED} its version was deleted (deletion wins);
     INVALID_ARGUMENT attempts outside 1-10.
+    Reasons: WORK_UNIT_NOT_FOUND, NOT_DEAD_LETTER, VERSION_DELETED.
     """
     ResumeNoRoute: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ResumeNoRouteRequest, _pipeline_pb2.ResumeNoRouteResponse]
     """`remember ops resume-no-route`: releases every conversion parked with
     defer_reason no_route whose bytes' MIME now has a converter route.
     Versions whose MIME still has no route stay parked and are not listed.
     Errors: none beyond the common ones.
+    Reasons: only the common ones (errors.proto).
     """
     InspectQueue: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.InspectQueueRequest, _pipeline_pb2.InspectQueueResponse]
     """Counts queued work by stage x status x defer_reason (one consistent read).
     Errors: none beyond the common ones.
+    Reasons: only the common ones (errors.proto).
     """
     ListCostReceipts: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ListCostReceiptsRequest, _pipeline_pb2.ListCostReceiptsResponse]
     """Reads the cost-export receipts (the data of RememberStack's operator-only
@@ -72,6 +76,7 @@ class PipelineServiceStub:
     token and is not routed by the gateway). Receipts are ordered by cursor.
     Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
     outside 1-500.
+    Reasons: CURSOR_MALFORMED.
     """
 
 @_typing.type_check_only
@@ -92,6 +97,7 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """Lists dead-lettered work units (attempts exhausted), newest first.
     Errors: INVALID_ARGUMENT for a malformed cursor, limit outside 1-200 or a
     non-UUID version_id.
+    Reasons: CURSOR_MALFORMED.
     """
     ReplayDeadLetter: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ReplayDeadLetterRequest, _pipeline_pb2.ReplayDeadLetterResponse]  # type: ignore[assignment]
     """Puts one dead-lettered work unit back in the queue as `pending` with a
@@ -101,16 +107,19 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
     {reason VERSION_DELETED} its version was deleted (deletion wins);
     INVALID_ARGUMENT attempts outside 1-10.
+    Reasons: WORK_UNIT_NOT_FOUND, NOT_DEAD_LETTER, VERSION_DELETED.
     """
     ResumeNoRoute: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ResumeNoRouteRequest, _pipeline_pb2.ResumeNoRouteResponse]  # type: ignore[assignment]
     """`remember ops resume-no-route`: releases every conversion parked with
     defer_reason no_route whose bytes' MIME now has a converter route.
     Versions whose MIME still has no route stay parked and are not listed.
     Errors: none beyond the common ones.
+    Reasons: only the common ones (errors.proto).
     """
     InspectQueue: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.InspectQueueRequest, _pipeline_pb2.InspectQueueResponse]  # type: ignore[assignment]
     """Counts queued work by stage x status x defer_reason (one consistent read).
     Errors: none beyond the common ones.
+    Reasons: only the common ones (errors.proto).
     """
     ListCostReceipts: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ListCostReceiptsRequest, _pipeline_pb2.ListCostReceiptsResponse]  # type: ignore[assignment]
     """Reads the cost-export receipts (the data of RememberStack's operator-only
@@ -118,6 +127,7 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     token and is not routed by the gateway). Receipts are ordered by cursor.
     Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
     outside 1-500.
+    Reasons: CURSOR_MALFORMED.
     """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -141,6 +151,7 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         """Lists dead-lettered work units (attempts exhausted), newest first.
         Errors: INVALID_ARGUMENT for a malformed cursor, limit outside 1-200 or a
         non-UUID version_id.
+        Reasons: CURSOR_MALFORMED.
         """
 
     @_abc_1.abstractmethod
@@ -156,6 +167,7 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION {reason NOT_DEAD_LETTER} the unit is not dead_letter,
         {reason VERSION_DELETED} its version was deleted (deletion wins);
         INVALID_ARGUMENT attempts outside 1-10.
+        Reasons: WORK_UNIT_NOT_FOUND, NOT_DEAD_LETTER, VERSION_DELETED.
         """
 
     @_abc_1.abstractmethod
@@ -168,6 +180,7 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         defer_reason no_route whose bytes' MIME now has a converter route.
         Versions whose MIME still has no route stay parked and are not listed.
         Errors: none beyond the common ones.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -178,6 +191,7 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_pipeline_pb2.InspectQueueResponse, _abc.Awaitable[_pipeline_pb2.InspectQueueResponse]]:
         """Counts queued work by stage x status x defer_reason (one consistent read).
         Errors: none beyond the common ones.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -191,6 +205,7 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         token and is not routed by the gateway). Receipts are ordered by cursor.
         Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
         outside 1-500.
+        Reasons: CURSOR_MALFORMED.
         """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

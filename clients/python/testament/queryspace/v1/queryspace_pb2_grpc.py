@@ -145,6 +145,7 @@ class QuerySpaceServiceServicer:
         Every statement problem (all 27 codes incl. quota_exceeded,
         concurrency_exceeded and SQL text over 65,536 bytes -> invalid_parameter)
         comes back INSIDE a 200 result, never as an error status.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,6 +156,7 @@ class QuerySpaceServiceServicer:
         returns one row holding the `EXPLAIN (FORMAT JSON)` plan; search
         functions are not called. `max_rows` is an unknown field here (422).
         Errors: as RunSql.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,6 +166,7 @@ class QuerySpaceServiceServicer:
         """GET /query/space: the checked-in manifest (never data), the same for
         every deployment of a release.
         Errors: 422 validation list for a non-boolean include_examples (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -175,6 +178,7 @@ class QuerySpaceServiceServicer:
         Errors: 422 {code:"invalid_parameter", message:"query must be non-empty"}
         for a whitespace-only query (INVALID_ARGUMENT); 422 validation list for k
         outside 1-25 (INVALID_ARGUMENT).
+        Reasons: INVALID_PARAMETER.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +190,7 @@ class QuerySpaceServiceServicer:
         disabled; status=draft: the latest draft per query. The HTTP body is a
         bare JSON array.
         Errors: 422 validation list for an unknown status (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,6 +201,7 @@ class QuerySpaceServiceServicer:
         active one). Identifiers match ^[a-z][a-z0-9_]*$ (enforced by clients).
         Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 validation
         list for a non-integer version (INVALID_ARGUMENT).
+        Reasons: SAVED_QUERY_NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -212,6 +218,8 @@ class QuerySpaceServiceServicer:
         {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
         validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
         registry is unreadable (INTERNAL).
+        Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+        SAVED_QUERY_REVALIDATION_PENDING, EXECUTION_ERROR.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,6 +234,7 @@ class QuerySpaceServiceServicer:
         identity and columns, no rows), the rows in `rows` batches in order, then
         one `trailer`: the complete QueryResult without rows (counts, truncation,
         outcome). A rejected or failed statement sends only the trailer.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -238,6 +247,7 @@ class QuerySpaceServiceServicer:
         Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
         SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
         identifier (INVALID_ARGUMENT).
+        Reasons: INVALID_ARGUMENT, SAVED_QUERY_INCOMPATIBLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -251,6 +261,8 @@ class QuerySpaceServiceServicer:
         {code:"saved_query_disabled"} for the author approving, or a version in
         another status; 409 {code:"saved_query_incompatible"} when the SQL no
         longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+        Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+        SAVED_QUERY_INCOMPATIBLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -260,6 +272,7 @@ class QuerySpaceServiceServicer:
         """Disables or deprecates one version. Needs `write`; no HTTP route.
         Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
         status (INVALID_ARGUMENT).
+        Reasons: INVALID_ARGUMENT, SAVED_QUERY_NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

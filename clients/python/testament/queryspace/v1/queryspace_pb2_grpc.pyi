@@ -62,17 +62,20 @@ class QuerySpaceServiceStub:
     Every statement problem (all 27 codes incl. quota_exceeded,
     concurrency_exceeded and SQL text over 65,536 bytes -> invalid_parameter)
     comes back INSIDE a 200 result, never as an error status.
+    Reasons: only the common ones (errors.proto).
     """
     ExplainSql: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.ExplainSqlRequest, _queryspace_pb2.ExplainSqlResponse]
     """POST /query/sql/explain: same validation and admission as RunSql, but
     returns one row holding the `EXPLAIN (FORMAT JSON)` plan; search
     functions are not called. `max_rows` is an unknown field here (422).
     Errors: as RunSql.
+    Reasons: only the common ones (errors.proto).
     """
     DescribeQuerySpace: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.DescribeQuerySpaceRequest, _queryspace_pb2.DescribeQuerySpaceResponse]
     """GET /query/space: the checked-in manifest (never data), the same for
     every deployment of a release.
     Errors: 422 validation list for a non-boolean include_examples (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     SearchQuerySpace: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.SearchQuerySpaceRequest, _queryspace_pb2.SearchQuerySpaceResponse]
     """GET /query/space/search: term-overlap search of the manifest (words in
@@ -80,6 +83,7 @@ class QuerySpaceServiceStub:
     Errors: 422 {code:"invalid_parameter", message:"query must be non-empty"}
     for a whitespace-only query (INVALID_ARGUMENT); 422 validation list for k
     outside 1-25 (INVALID_ARGUMENT).
+    Reasons: INVALID_PARAMETER.
     """
     ListSavedQueries: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.ListSavedQueriesRequest, _queryspace_pb2.ListSavedQueriesResponse]
     """GET /query/saved: saved-query summaries sorted by namespace, name,
@@ -87,12 +91,14 @@ class QuerySpaceServiceStub:
     disabled; status=draft: the latest draft per query. The HTTP body is a
     bare JSON array.
     Errors: 422 validation list for an unknown status (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     DescribeSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.DescribeSavedQueryRequest, _queryspace_pb2.DescribeSavedQueryResponse]
     """GET /query/saved/{namespace}/{name}: one saved-query version (default the
     active one). Identifiers match ^[a-z][a-z0-9_]*$ (enforced by clients).
     Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 validation
     list for a non-integer version (INVALID_ARGUMENT).
+    Reasons: SAVED_QUERY_NOT_FOUND.
     """
     RunSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.RunSavedQueryRequest, _queryspace_pb2.RunSavedQueryResponse]
     """POST /query/saved/{namespace}/{name}/run: runs the active version (or the
@@ -105,6 +111,8 @@ class QuerySpaceServiceStub:
     {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
     validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
     registry is unreadable (INTERNAL).
+    Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+    SAVED_QUERY_REVALIDATION_PENDING, EXECUTION_ERROR.
     """
     ExportSql: _grpc.UnaryStreamMultiCallable[_queryspace_pb2.ExportSqlRequest, _queryspace_pb2.ExportSqlResponse]
     """Operator export (the analytical tier; no HTTP route, so the gateway does
@@ -115,6 +123,7 @@ class QuerySpaceServiceStub:
     identity and columns, no rows), the rows in `rows` batches in order, then
     one `trailer`: the complete QueryResult without rows (counts, truncation,
     outcome). A rejected or failed statement sends only the trailer.
+    Reasons: only the common ones (errors.proto).
     """
     CreateSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.CreateSavedQueryRequest, _queryspace_pb2.CreateSavedQueryResponse]
     """Adds a draft version of a saved query (the next version number), after the
@@ -123,6 +132,7 @@ class QuerySpaceServiceStub:
     Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
     SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
     identifier (INVALID_ARGUMENT).
+    Reasons: INVALID_ARGUMENT, SAVED_QUERY_INCOMPATIBLE.
     """
     ApproveSavedQuery: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.ApproveSavedQueryRequest, _queryspace_pb2.ApproveSavedQueryResponse]
     """Activates a draft or pending_revalidation version, recording the approver
@@ -132,11 +142,14 @@ class QuerySpaceServiceStub:
     {code:"saved_query_disabled"} for the author approving, or a version in
     another status; 409 {code:"saved_query_incompatible"} when the SQL no
     longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+    Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+    SAVED_QUERY_INCOMPATIBLE.
     """
     SetSavedQueryStatus: _grpc.UnaryUnaryMultiCallable[_queryspace_pb2.SetSavedQueryStatusRequest, _queryspace_pb2.SetSavedQueryStatusResponse]
     """Disables or deprecates one version. Needs `write`; no HTTP route.
     Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
     status (INVALID_ARGUMENT).
+    Reasons: INVALID_ARGUMENT, SAVED_QUERY_NOT_FOUND.
     """
 
 @_typing.type_check_only
@@ -173,17 +186,20 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     Every statement problem (all 27 codes incl. quota_exceeded,
     concurrency_exceeded and SQL text over 65,536 bytes -> invalid_parameter)
     comes back INSIDE a 200 result, never as an error status.
+    Reasons: only the common ones (errors.proto).
     """
     ExplainSql: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.ExplainSqlRequest, _queryspace_pb2.ExplainSqlResponse]  # type: ignore[assignment]
     """POST /query/sql/explain: same validation and admission as RunSql, but
     returns one row holding the `EXPLAIN (FORMAT JSON)` plan; search
     functions are not called. `max_rows` is an unknown field here (422).
     Errors: as RunSql.
+    Reasons: only the common ones (errors.proto).
     """
     DescribeQuerySpace: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.DescribeQuerySpaceRequest, _queryspace_pb2.DescribeQuerySpaceResponse]  # type: ignore[assignment]
     """GET /query/space: the checked-in manifest (never data), the same for
     every deployment of a release.
     Errors: 422 validation list for a non-boolean include_examples (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     SearchQuerySpace: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.SearchQuerySpaceRequest, _queryspace_pb2.SearchQuerySpaceResponse]  # type: ignore[assignment]
     """GET /query/space/search: term-overlap search of the manifest (words in
@@ -191,6 +207,7 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     Errors: 422 {code:"invalid_parameter", message:"query must be non-empty"}
     for a whitespace-only query (INVALID_ARGUMENT); 422 validation list for k
     outside 1-25 (INVALID_ARGUMENT).
+    Reasons: INVALID_PARAMETER.
     """
     ListSavedQueries: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.ListSavedQueriesRequest, _queryspace_pb2.ListSavedQueriesResponse]  # type: ignore[assignment]
     """GET /query/saved: saved-query summaries sorted by namespace, name,
@@ -198,12 +215,14 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     disabled; status=draft: the latest draft per query. The HTTP body is a
     bare JSON array.
     Errors: 422 validation list for an unknown status (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     DescribeSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.DescribeSavedQueryRequest, _queryspace_pb2.DescribeSavedQueryResponse]  # type: ignore[assignment]
     """GET /query/saved/{namespace}/{name}: one saved-query version (default the
     active one). Identifiers match ^[a-z][a-z0-9_]*$ (enforced by clients).
     Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 validation
     list for a non-integer version (INVALID_ARGUMENT).
+    Reasons: SAVED_QUERY_NOT_FOUND.
     """
     RunSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.RunSavedQueryRequest, _queryspace_pb2.RunSavedQueryResponse]  # type: ignore[assignment]
     """POST /query/saved/{namespace}/{name}/run: runs the active version (or the
@@ -216,6 +235,8 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
     validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
     registry is unreadable (INTERNAL).
+    Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+    SAVED_QUERY_REVALIDATION_PENDING, EXECUTION_ERROR.
     """
     ExportSql: _aio.UnaryStreamMultiCallable[_queryspace_pb2.ExportSqlRequest, _queryspace_pb2.ExportSqlResponse]  # type: ignore[assignment]
     """Operator export (the analytical tier; no HTTP route, so the gateway does
@@ -226,6 +247,7 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     identity and columns, no rows), the rows in `rows` batches in order, then
     one `trailer`: the complete QueryResult without rows (counts, truncation,
     outcome). A rejected or failed statement sends only the trailer.
+    Reasons: only the common ones (errors.proto).
     """
     CreateSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.CreateSavedQueryRequest, _queryspace_pb2.CreateSavedQueryResponse]  # type: ignore[assignment]
     """Adds a draft version of a saved query (the next version number), after the
@@ -234,6 +256,7 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
     SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
     identifier (INVALID_ARGUMENT).
+    Reasons: INVALID_ARGUMENT, SAVED_QUERY_INCOMPATIBLE.
     """
     ApproveSavedQuery: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.ApproveSavedQueryRequest, _queryspace_pb2.ApproveSavedQueryResponse]  # type: ignore[assignment]
     """Activates a draft or pending_revalidation version, recording the approver
@@ -243,11 +266,14 @@ class QuerySpaceServiceAsyncStub(QuerySpaceServiceStub):
     {code:"saved_query_disabled"} for the author approving, or a version in
     another status; 409 {code:"saved_query_incompatible"} when the SQL no
     longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+    Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+    SAVED_QUERY_INCOMPATIBLE.
     """
     SetSavedQueryStatus: _aio.UnaryUnaryMultiCallable[_queryspace_pb2.SetSavedQueryStatusRequest, _queryspace_pb2.SetSavedQueryStatusResponse]  # type: ignore[assignment]
     """Disables or deprecates one version. Needs `write`; no HTTP route.
     Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
     status (INVALID_ARGUMENT).
+    Reasons: INVALID_ARGUMENT, SAVED_QUERY_NOT_FOUND.
     """
 
 class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -287,6 +313,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         Every statement problem (all 27 codes incl. quota_exceeded,
         concurrency_exceeded and SQL text over 65,536 bytes -> invalid_parameter)
         comes back INSIDE a 200 result, never as an error status.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -299,6 +326,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         returns one row holding the `EXPLAIN (FORMAT JSON)` plan; search
         functions are not called. `max_rows` is an unknown field here (422).
         Errors: as RunSql.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -310,6 +338,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         """GET /query/space: the checked-in manifest (never data), the same for
         every deployment of a release.
         Errors: 422 validation list for a non-boolean include_examples (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -323,6 +352,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: 422 {code:"invalid_parameter", message:"query must be non-empty"}
         for a whitespace-only query (INVALID_ARGUMENT); 422 validation list for k
         outside 1-25 (INVALID_ARGUMENT).
+        Reasons: INVALID_PARAMETER.
         """
 
     @_abc_1.abstractmethod
@@ -336,6 +366,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         disabled; status=draft: the latest draft per query. The HTTP body is a
         bare JSON array.
         Errors: 422 validation list for an unknown status (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -348,6 +379,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         active one). Identifiers match ^[a-z][a-z0-9_]*$ (enforced by clients).
         Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 validation
         list for a non-integer version (INVALID_ARGUMENT).
+        Reasons: SAVED_QUERY_NOT_FOUND.
         """
 
     @_abc_1.abstractmethod
@@ -366,6 +398,8 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         {code:"saved_query_revalidation_pending"} (FAILED_PRECONDITION); 422
         validation list (INVALID_ARGUMENT); 500 {code:"execution_error"} when the
         registry is unreadable (INTERNAL).
+        Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+        SAVED_QUERY_REVALIDATION_PENDING, EXECUTION_ERROR.
         """
 
     @_abc_1.abstractmethod
@@ -382,6 +416,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         identity and columns, no rows), the rows in `rows` batches in order, then
         one `trailer`: the complete QueryResult without rows (counts, truncation,
         outcome). A rejected or failed statement sends only the trailer.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -396,6 +431,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: 409 {code:"saved_query_incompatible"} when the guard refuses the
         SQL (FAILED_PRECONDITION); 422 for the `examples` namespace or a bad
         identifier (INVALID_ARGUMENT).
+        Reasons: INVALID_ARGUMENT, SAVED_QUERY_INCOMPATIBLE.
         """
 
     @_abc_1.abstractmethod
@@ -411,6 +447,8 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         {code:"saved_query_disabled"} for the author approving, or a version in
         another status; 409 {code:"saved_query_incompatible"} when the SQL no
         longer validates (the version becomes `broken`) (FAILED_PRECONDITION).
+        Reasons: SAVED_QUERY_NOT_FOUND, SAVED_QUERY_DISABLED,
+        SAVED_QUERY_INCOMPATIBLE.
         """
 
     @_abc_1.abstractmethod
@@ -422,6 +460,7 @@ class QuerySpaceServiceServicer(metaclass=_abc_1.ABCMeta):
         """Disables or deprecates one version. Needs `write`; no HTTP route.
         Errors: 404 {code:"saved_query_not_found"} (NOT_FOUND); 422 for another
         status (INVALID_ARGUMENT).
+        Reasons: INVALID_ARGUMENT, SAVED_QUERY_NOT_FOUND.
         """
 
 def add_QuerySpaceServiceServicer_to_server(servicer: QuerySpaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

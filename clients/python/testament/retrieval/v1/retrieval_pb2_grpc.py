@@ -126,6 +126,7 @@ class RetrievalServiceServicer:
         """GET /operations: the 4 assured-operation descriptors in registry order
         (resolve_entity, claims_and_sources_context, facts_context,
         combined_context). The HTTP body is a bare JSON array.
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,6 +143,7 @@ class RetrievalServiceServicer:
         range), or `candidate_k cannot be smaller than k` (INVALID_ARGUMENT);
         422 validation list for a non-object body (INVALID_ARGUMENT); 503
         `model provider unavailable` (UNAVAILABLE).
+        Reasons: UNKNOWN_OPERATION, INVALID_PARAMETER, MODEL_PROVIDER_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,6 +159,7 @@ class RetrievalServiceServicer:
         boundary.
         Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
         unavailable` (T3; UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +174,7 @@ class RetrievalServiceServicer:
         Temporal mode `at` when valid_at is given, else `current`.
         Errors: 422 validation list for a UUID, timestamp, non-zero offset or k
         (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -184,6 +188,7 @@ class RetrievalServiceServicer:
         truncation, dropped_by_hydration, negative (known_empty).
         Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
         unavailable` (UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -195,6 +200,7 @@ class RetrievalServiceServicer:
         evidence = supporting claims with spans; sources = SourceRecords.
         Unknown id -> unknown_entity.
         Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,6 +211,7 @@ class RetrievalServiceServicer:
         a relation, oldest first. Grain composite; truncation always present.
         No decisions OR an unknown id -> known_empty.
         Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,6 +225,7 @@ class RetrievalServiceServicer:
         SearchRequest {query 1-4096, k, channel}, unknown fields -> 422.
         Errors: 422 validation list for query, k or channel (INVALID_ARGUMENT);
         503 `model provider unavailable` (semantic; UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -227,6 +235,7 @@ class RetrievalServiceServicer:
         """GET or POST /search/chunks: as SearchClaims over chunks; chunks = <= k
         ChunkEvidenceResult in rank order.
         Errors: as SearchClaims.
+        Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -240,6 +249,7 @@ class RetrievalServiceServicer:
         unknown_entity; nothing confirmable -> known_empty.
         Errors: 422 validation list for UUID or window, or an unknown POST field
         (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -254,6 +264,7 @@ class RetrievalServiceServicer:
         the subscriber fell too far behind), it sends one `overrun` message and
         ends the stream with OK; the client re-reads state and resubscribes.
         Errors: INVALID_ARGUMENT for a malformed cursor or an UNSPECIFIED kind.
+        Reasons: INVALID_PARAMETER.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,6 +51,7 @@ class RetrievalServiceStub:
     """GET /operations: the 4 assured-operation descriptors in registry order
     (resolve_entity, claims_and_sources_context, facts_context,
     combined_context). The HTTP body is a bare JSON array.
+    Reasons: only the common ones (errors.proto).
     """
     RunOperation: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.RunOperationRequest, _retrieval_pb2.RunOperationResponse]
     """POST /operations/{name}: runs one assured operation. `read` scope because
@@ -63,6 +64,7 @@ class RetrievalServiceStub:
     range), or `candidate_k cannot be smaller than k` (INVALID_ARGUMENT);
     422 validation list for a non-object body (INVALID_ARGUMENT); 503
     `model provider unavailable` (UNAVAILABLE).
+    Reasons: UNKNOWN_OPERATION, INVALID_PARAMETER, MODEL_PROVIDER_UNAVAILABLE.
     """
     Resolve: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.ResolveRequest, _retrieval_pb2.ResolveResponse]
     """GET /resolve: resolves a name to entity candidates by tiers T0 (exact
@@ -74,6 +76,7 @@ class RetrievalServiceStub:
     boundary.
     Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
     unavailable` (T3; UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE.
     """
     LookupRelations: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.LookupRelationsRequest, _retrieval_pb2.LookupRelationsResponse]
     """GET /lookup/relations: current relations matching all given filters
@@ -84,6 +87,7 @@ class RetrievalServiceStub:
     Temporal mode `at` when valid_at is given, else `current`.
     Errors: 422 validation list for a UUID, timestamp, non-zero offset or k
     (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     LookupObservations: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.LookupObservationsRequest, _retrieval_pb2.LookupObservationsResponse]
     """GET /lookup/observations: without property_query, live observations valid
@@ -93,6 +97,7 @@ class RetrievalServiceStub:
     truncation, dropped_by_hydration, negative (known_empty).
     Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
     unavailable` (UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE.
     """
     HydrateRelation: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.HydrateRelationRequest, _retrieval_pb2.HydrateRelationResponse]
     """GET /hydrate/relation/{relation_id}: the audit hop. Grain composite;
@@ -100,12 +105,14 @@ class RetrievalServiceStub:
     evidence = supporting claims with spans; sources = SourceRecords.
     Unknown id -> unknown_entity.
     Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     TranscriptRelation: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.TranscriptRelationRequest, _retrieval_pb2.TranscriptRelationResponse]
     """GET /transcript/relation/{relation_id}: the 40 most recent decisions about
     a relation, oldest first. Grain composite; truncation always present.
     No decisions OR an unknown id -> known_empty.
     Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     SearchClaims: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.SearchClaimsRequest, _retrieval_pb2.SearchClaimsResponse]
     """GET or POST /search/claims: nominates current testimony by channel, then
@@ -115,11 +122,13 @@ class RetrievalServiceStub:
     SearchRequest {query 1-4096, k, channel}, unknown fields -> 422.
     Errors: 422 validation list for query, k or channel (INVALID_ARGUMENT);
     503 `model provider unavailable` (semantic; UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
     """
     SearchChunks: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.SearchChunksRequest, _retrieval_pb2.SearchChunksResponse]
     """GET or POST /search/chunks: as SearchClaims over chunks; chunks = <= k
     ChunkEvidenceResult in rank order.
     Errors: as SearchClaims.
+    Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
     """
     AdjacentChunks: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.AdjacentChunksRequest, _retrieval_pb2.AdjacentChunksResponse]
     """GET /chunks/{chunk_id}/adjacent or POST /chunks/adjacent {chunk_id,
@@ -129,6 +138,7 @@ class RetrievalServiceStub:
     unknown_entity; nothing confirmable -> known_empty.
     Errors: 422 validation list for UUID or window, or an unknown POST field
     (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     WatchChanges: _grpc.UnaryStreamMultiCallable[_retrieval_pb2.WatchChangesRequest, _retrieval_pb2.WatchChangesResponse]
     """WatchChanges (gRPC only, no HTTP route): a change feed of relations,
@@ -139,6 +149,7 @@ class RetrievalServiceStub:
     the subscriber fell too far behind), it sends one `overrun` message and
     ends the stream with OK; the client re-reads state and resubscribes.
     Errors: INVALID_ARGUMENT for a malformed cursor or an UNSPECIFIED kind.
+    Reasons: INVALID_PARAMETER.
     """
 
 @_typing.type_check_only
@@ -164,6 +175,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     """GET /operations: the 4 assured-operation descriptors in registry order
     (resolve_entity, claims_and_sources_context, facts_context,
     combined_context). The HTTP body is a bare JSON array.
+    Reasons: only the common ones (errors.proto).
     """
     RunOperation: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.RunOperationRequest, _retrieval_pb2.RunOperationResponse]  # type: ignore[assignment]
     """POST /operations/{name}: runs one assured operation. `read` scope because
@@ -176,6 +188,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     range), or `candidate_k cannot be smaller than k` (INVALID_ARGUMENT);
     422 validation list for a non-object body (INVALID_ARGUMENT); 503
     `model provider unavailable` (UNAVAILABLE).
+    Reasons: UNKNOWN_OPERATION, INVALID_PARAMETER, MODEL_PROVIDER_UNAVAILABLE.
     """
     Resolve: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.ResolveRequest, _retrieval_pb2.ResolveResponse]  # type: ignore[assignment]
     """GET /resolve: resolves a name to entity candidates by tiers T0 (exact
@@ -187,6 +200,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     boundary.
     Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
     unavailable` (T3; UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE.
     """
     LookupRelations: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.LookupRelationsRequest, _retrieval_pb2.LookupRelationsResponse]  # type: ignore[assignment]
     """GET /lookup/relations: current relations matching all given filters
@@ -197,6 +211,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     Temporal mode `at` when valid_at is given, else `current`.
     Errors: 422 validation list for a UUID, timestamp, non-zero offset or k
     (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     LookupObservations: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.LookupObservationsRequest, _retrieval_pb2.LookupObservationsResponse]  # type: ignore[assignment]
     """GET /lookup/observations: without property_query, live observations valid
@@ -206,6 +221,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     truncation, dropped_by_hydration, negative (known_empty).
     Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
     unavailable` (UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE.
     """
     HydrateRelation: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.HydrateRelationRequest, _retrieval_pb2.HydrateRelationResponse]  # type: ignore[assignment]
     """GET /hydrate/relation/{relation_id}: the audit hop. Grain composite;
@@ -213,12 +229,14 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     evidence = supporting claims with spans; sources = SourceRecords.
     Unknown id -> unknown_entity.
     Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     TranscriptRelation: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.TranscriptRelationRequest, _retrieval_pb2.TranscriptRelationResponse]  # type: ignore[assignment]
     """GET /transcript/relation/{relation_id}: the 40 most recent decisions about
     a relation, oldest first. Grain composite; truncation always present.
     No decisions OR an unknown id -> known_empty.
     Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     SearchClaims: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.SearchClaimsRequest, _retrieval_pb2.SearchClaimsResponse]  # type: ignore[assignment]
     """GET or POST /search/claims: nominates current testimony by channel, then
@@ -228,11 +246,13 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     SearchRequest {query 1-4096, k, channel}, unknown fields -> 422.
     Errors: 422 validation list for query, k or channel (INVALID_ARGUMENT);
     503 `model provider unavailable` (semantic; UNAVAILABLE).
+    Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
     """
     SearchChunks: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.SearchChunksRequest, _retrieval_pb2.SearchChunksResponse]  # type: ignore[assignment]
     """GET or POST /search/chunks: as SearchClaims over chunks; chunks = <= k
     ChunkEvidenceResult in rank order.
     Errors: as SearchClaims.
+    Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
     """
     AdjacentChunks: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.AdjacentChunksRequest, _retrieval_pb2.AdjacentChunksResponse]  # type: ignore[assignment]
     """GET /chunks/{chunk_id}/adjacent or POST /chunks/adjacent {chunk_id,
@@ -242,6 +262,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     unknown_entity; nothing confirmable -> known_empty.
     Errors: 422 validation list for UUID or window, or an unknown POST field
     (INVALID_ARGUMENT).
+    Reasons: only the common ones (errors.proto).
     """
     WatchChanges: _aio.UnaryStreamMultiCallable[_retrieval_pb2.WatchChangesRequest, _retrieval_pb2.WatchChangesResponse]  # type: ignore[assignment]
     """WatchChanges (gRPC only, no HTTP route): a change feed of relations,
@@ -252,6 +273,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     the subscriber fell too far behind), it sends one `overrun` message and
     ends the stream with OK; the client re-reads state and resubscribes.
     Errors: INVALID_ARGUMENT for a malformed cursor or an UNSPECIFIED kind.
+    Reasons: INVALID_PARAMETER.
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -280,6 +302,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         """GET /operations: the 4 assured-operation descriptors in registry order
         (resolve_entity, claims_and_sources_context, facts_context,
         combined_context). The HTTP body is a bare JSON array.
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -298,6 +321,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         range), or `candidate_k cannot be smaller than k` (INVALID_ARGUMENT);
         422 validation list for a non-object body (INVALID_ARGUMENT); 503
         `model provider unavailable` (UNAVAILABLE).
+        Reasons: UNKNOWN_OPERATION, INVALID_PARAMETER, MODEL_PROVIDER_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -315,6 +339,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         boundary.
         Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
         unavailable` (T3; UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -331,6 +356,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         Temporal mode `at` when valid_at is given, else `current`.
         Errors: 422 validation list for a UUID, timestamp, non-zero offset or k
         (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -346,6 +372,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         truncation, dropped_by_hydration, negative (known_empty).
         Errors: 422 validation list (INVALID_ARGUMENT); 503 `model provider
         unavailable` (UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -359,6 +386,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         evidence = supporting claims with spans; sources = SourceRecords.
         Unknown id -> unknown_entity.
         Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -371,6 +399,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         a relation, oldest first. Grain composite; truncation always present.
         No decisions OR an unknown id -> known_empty.
         Errors: 422 validation list for a non-UUID (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -386,6 +415,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         SearchRequest {query 1-4096, k, channel}, unknown fields -> 422.
         Errors: 422 validation list for query, k or channel (INVALID_ARGUMENT);
         503 `model provider unavailable` (semantic; UNAVAILABLE).
+        Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
         """
 
     @_abc_1.abstractmethod
@@ -397,6 +427,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         """GET or POST /search/chunks: as SearchClaims over chunks; chunks = <= k
         ChunkEvidenceResult in rank order.
         Errors: as SearchClaims.
+        Reasons: MODEL_PROVIDER_UNAVAILABLE, EMBEDDING_MODEL_MISMATCH.
         """
 
     @_abc_1.abstractmethod
@@ -412,6 +443,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         unknown_entity; nothing confirmable -> known_empty.
         Errors: 422 validation list for UUID or window, or an unknown POST field
         (INVALID_ARGUMENT).
+        Reasons: only the common ones (errors.proto).
         """
 
     @_abc_1.abstractmethod
@@ -428,6 +460,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         the subscriber fell too far behind), it sends one `overrun` message and
         ends the stream with OK; the client re-reads state and resubscribes.
         Errors: INVALID_ARGUMENT for a malformed cursor or an UNSPECIFIED kind.
+        Reasons: INVALID_PARAMETER.
         """
 
 def add_RetrievalServiceServicer_to_server(servicer: RetrievalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

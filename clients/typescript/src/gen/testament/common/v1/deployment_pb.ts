@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/common/v1/deployment.proto.
  */
 export const file_testament_common_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAkiVQoQQ3JlYXRlS2V5UmVxdWVzdBINCgVzY29wZRgBIAEoCRISCgpwcmluY2lwYWxzGAIgAygJEg8KB3RydXN0ZWQYAyABKAgSDQoFbGFiZWwYBCABKAkiNwoRQ3JlYXRlS2V5UmVzcG9uc2USCwoDa2V5GAEgASgJEhUKDWNyZWRlbnRpYWxfaWQYAiABKAkiEQoPTGlzdEtleXNSZXF1ZXN0IkEKEExpc3RLZXlzUmVzcG9uc2USLQoEa2V5cxgBIAMoCzIfLnRlc3RhbWVudC5jb21tb24udjEuS2V5U3VtbWFyeSLaAQoKS2V5U3VtbWFyeRIVCg1jcmVkZW50aWFsX2lkGAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSDQoFc2NvcGUYAyABKAkSEgoKcHJpbmNpcGFscxgEIAMoCRIPCgd0cnVzdGVkGAUgASgIEg0KBWxhYmVsGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKEFJldm9rZUtleVJlcXVlc3QSFQoNY3JlZGVudGlhbF9pZBgBIAEoCSIqChFSZXZva2VLZXlSZXNwb25zZRIVCg1jcmVkZW50aWFsX2lkGAEgASgJIjAKEkNyZWF0ZVNwYWNlUmVxdWVzdBIMCgRzbHVnGAEgASgJEgwKBG5hbWUYAiABKAkiNQoTQ3JlYXRlU3BhY2VSZXNwb25zZRIQCghzcGFjZV9pZBgBIAEoCRIMCgRzbHVnGAIgASgJIhMKEUxpc3RTcGFjZXNSZXF1ZXN0IkcKEkxpc3RTcGFjZXNSZXNwb25zZRIxCgZzcGFjZXMYASADKAsyIS50ZXN0YW1lbnQuY29tbW9uLnYxLlNwYWNlU3VtbWFyeSJQCgxTcGFjZVN1bW1hcnkSEAoIc3BhY2VfaWQYASABKAkSDAoEc2x1ZxgCIAEoCRIMCgRuYW1lGAMgASgJEhIKCmlzX2RlZmF1bHQYBCABKAgy5wYKEURlcGxveW1lbnRTZXJ2aWNlEn8KDUdldERlcGxveW1lbnQSKS50ZXN0YW1lbnQuY29tbW9uLnYxLkdldERlcGxveW1lbnRSZXF1ZXN0GioudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UiF4i1GAKC0+STAg0SCy9kZXBsb3ltZW50EnYKC0NoZWNrSGVhbHRoEicudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlcXVlc3QaKC50ZXN0YW1lbnQuY29tbW9uLnYxLkNoZWNrSGVhbHRoUmVzcG9uc2UiFIi1GAGC0+STAgoSCC9oZWFsdGh6EmkKDEF1dGhlbnRpY2F0ZRIoLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVxdWVzdBopLnRlc3RhbWVudC5jb21tb24udjEuQXV0aGVudGljYXRlUmVzcG9uc2UiBIi1GAESYAoJQ3JlYXRlS2V5EiUudGVzdGFtZW50LmNvbW1vbi52MS5DcmVhdGVLZXlSZXF1ZXN0GiYudGVzdGFtZW50LmNvbW1vbi52MS5DcmVhdGVLZXlSZXNwb25zZSIEiLUYBBJdCghMaXN0S2V5cxIkLnRlc3RhbWVudC5jb21tb24udjEuTGlzdEtleXNSZXF1ZXN0GiUudGVzdGFtZW50LmNvbW1vbi52MS5MaXN0S2V5c1Jlc3BvbnNlIgSItRgEEmAKCVJldm9rZUtleRIlLnRlc3RhbWVudC5jb21tb24udjEuUmV2b2tlS2V5UmVxdWVzdBomLnRlc3RhbWVudC5jb21tb24udjEuUmV2b2tlS2V5UmVzcG9uc2UiBIi1GAQSZgoLQ3JlYXRlU3BhY2USJy50ZXN0YW1lbnQuY29tbW9uLnYxLkNyZWF0ZVNwYWNlUmVxdWVzdBooLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlU3BhY2VSZXNwb25zZSIEiLUYBBJjCgpMaXN0U3BhY2VzEiYudGVzdGFtZW50LmNvbW1vbi52MS5MaXN0U3BhY2VzUmVxdWVzdBonLnRlc3RhbWVudC5jb21tb24udjEuTGlzdFNwYWNlc1Jlc3BvbnNlIgSItRgEYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_testament_common_v1_options]);
+  fileDesc("CiR0ZXN0YW1lbnQvY29tbW9uL3YxL2RlcGxveW1lbnQucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEiFQoTQXV0aGVudGljYXRlUmVxdWVzdCJzChRBdXRoZW50aWNhdGVSZXNwb25zZRIMCgRvcGVuGAEgASgIEhAKCHNwYWNlX2lkGAIgASgJEhoKDWNyZWRlbnRpYWxfaWQYAyABKAlIAIgBARINCgVzY29wZRgEIAEoCUIQCg5fY3JlZGVudGlhbF9pZCIWChRHZXREZXBsb3ltZW50UmVxdWVzdCL6AgoVR2V0RGVwbG95bWVudFJlc3BvbnNlEhYKDmJ1aWxkX3JldmlzaW9uGAEgASgJElUKDm1vZGVsX2JpbmRpbmdzGAIgAygLMj0udGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuTW9kZWxCaW5kaW5nc0VudHJ5EigKG2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbhgDIAEoCUgAiAEBEkQKBXRvb2xzGAQgAygLMjUudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVzcG9uc2UuVG9vbHNFbnRyeRo0ChJNb2RlbEJpbmRpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCHgocX2RvY3VtZW50X2JpbmRpbmdfZ2VuZXJhdGlvbiIUChJDaGVja0hlYWx0aFJlcXVlc3QiJQoTQ2hlY2tIZWFsdGhSZXNwb25zZRIOCgZzdGF0dXMYASABKAkiVQoQQ3JlYXRlS2V5UmVxdWVzdBINCgVzY29wZRgBIAEoCRISCgpwcmluY2lwYWxzGAIgAygJEg8KB3RydXN0ZWQYAyABKAgSDQoFbGFiZWwYBCABKAkiNwoRQ3JlYXRlS2V5UmVzcG9uc2USCwoDa2V5GAEgASgJEhUKDWNyZWRlbnRpYWxfaWQYAiABKAkiEQoPTGlzdEtleXNSZXF1ZXN0IkEKEExpc3RLZXlzUmVzcG9uc2USLQoEa2V5cxgBIAMoCzIfLnRlc3RhbWVudC5jb21tb24udjEuS2V5U3VtbWFyeSLaAQoKS2V5U3VtbWFyeRIVCg1jcmVkZW50aWFsX2lkGAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSDQoFc2NvcGUYAyABKAkSEgoKcHJpbmNpcGFscxgEIAMoCRIPCgd0cnVzdGVkGAUgASgIEg0KBWxhYmVsGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKEFJldm9rZUtleVJlcXVlc3QSFQoNY3JlZGVudGlhbF9pZBgBIAEoCSIqChFSZXZva2VLZXlSZXNwb25zZRIVCg1jcmVkZW50aWFsX2lkGAEgASgJIjAKEkNyZWF0ZVNwYWNlUmVxdWVzdBIMCgRzbHVnGAEgASgJEgwKBG5hbWUYAiABKAkiNQoTQ3JlYXRlU3BhY2VSZXNwb25zZRIQCghzcGFjZV9pZBgBIAEoCRIMCgRzbHVnGAIgASgJIhMKEUxpc3RTcGFjZXNSZXF1ZXN0IkcKEkxpc3RTcGFjZXNSZXNwb25zZRIxCgZzcGFjZXMYASADKAsyIS50ZXN0YW1lbnQuY29tbW9uLnYxLlNwYWNlU3VtbWFyeSJQCgxTcGFjZVN1bW1hcnkSEAoIc3BhY2VfaWQYASABKAkSDAoEc2x1ZxgCIAEoCRIMCgRuYW1lGAMgASgJEhIKCmlzX2RlZmF1bHQYBCABKAgygAcKEURlcGxveW1lbnRTZXJ2aWNlEoIBCg1HZXREZXBsb3ltZW50EikudGVzdGFtZW50LmNvbW1vbi52MS5HZXREZXBsb3ltZW50UmVxdWVzdBoqLnRlc3RhbWVudC5jb21tb24udjEuR2V0RGVwbG95bWVudFJlc3BvbnNlIhqQAgGItRgCgtPkkwINEgsvZGVwbG95bWVudBJ5CgtDaGVja0hlYWx0aBInLnRlc3RhbWVudC5jb21tb24udjEuQ2hlY2tIZWFsdGhSZXF1ZXN0GigudGVzdGFtZW50LmNvbW1vbi52MS5DaGVja0hlYWx0aFJlc3BvbnNlIheQAgGItRgBgtPkkwIKEggvaGVhbHRoehJsCgxBdXRoZW50aWNhdGUSKC50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlcXVlc3QaKS50ZXN0YW1lbnQuY29tbW9uLnYxLkF1dGhlbnRpY2F0ZVJlc3BvbnNlIgeQAgGItRgBEmMKCUNyZWF0ZUtleRIlLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVxdWVzdBomLnRlc3RhbWVudC5jb21tb24udjEuQ3JlYXRlS2V5UmVzcG9uc2UiB5ACAIi1GAQSYAoITGlzdEtleXMSJC50ZXN0YW1lbnQuY29tbW9uLnYxLkxpc3RLZXlzUmVxdWVzdBolLnRlc3RhbWVudC5jb21tb24udjEuTGlzdEtleXNSZXNwb25zZSIHkAIBiLUYBBJjCglSZXZva2VLZXkSJS50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlcXVlc3QaJi50ZXN0YW1lbnQuY29tbW9uLnYxLlJldm9rZUtleVJlc3BvbnNlIgeQAgKItRgEEmkKC0NyZWF0ZVNwYWNlEicudGVzdGFtZW50LmNvbW1vbi52MS5DcmVhdGVTcGFjZVJlcXVlc3QaKC50ZXN0YW1lbnQuY29tbW9uLnYxLkNyZWF0ZVNwYWNlUmVzcG9uc2UiB5ACAIi1GAQSZgoKTGlzdFNwYWNlcxImLnRlc3RhbWVudC5jb21tb24udjEuTGlzdFNwYWNlc1JlcXVlc3QaJy50ZXN0YW1lbnQuY29tbW9uLnYxLkxpc3RTcGFjZXNSZXNwb25zZSIHkAIBiLUYBGIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_timestamp, file_testament_common_v1_options]);
 
 /**
  * AuthenticateRequest: the credential travels as `authorization` metadata.
@@ -547,6 +547,7 @@ export const DeploymentService: GenService<{
    * before anything is ingested.
    * Errors: 403 `credential may not perform this operation` for an `ingest`
    * credential (PERMISSION_DENIED).
+   * Reasons: only the common ones (errors.proto).
    *
    * @generated from rpc testament.common.v1.DeploymentService.GetDeployment
    */
@@ -561,6 +562,7 @@ export const DeploymentService: GenService<{
    * Errors: 500 `Internal Server Error` when the database is down (INTERNAL;
    * the gRPC health service reports NOT_SERVING); 503
    * {code: "forget_in_progress"} during a hard forget (UNAVAILABLE).
+   * Reasons: DATABASE_DOWN.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CheckHealth
    */
@@ -577,6 +579,7 @@ export const DeploymentService: GenService<{
    * the default space.
    * Errors: 401 `a perimeter credential is required` / `perimeter
    * authentication failed` (UNAUTHENTICATED).
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.Authenticate
    */
@@ -593,6 +596,7 @@ export const DeploymentService: GenService<{
    * Errors: INVALID_ARGUMENT {reason INVALID_SCOPE} for a scope other than
    * read/ingest/write; PERMISSION_DENIED {reason KEY_WIDER_THAN_CALLER} for a
    * trusted key or principals outside the caller's.
+   * Reasons: INVALID_SCOPE, INVALID_LABEL, KEY_WIDER_THAN_CALLER, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CreateKey
    */
@@ -605,6 +609,7 @@ export const DeploymentService: GenService<{
    * The keys of the caller's own space (prefix, scope, principals, state;
    * never a key).
    * Errors: none beyond the common ones.
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.ListKeys
    */
@@ -619,6 +624,7 @@ export const DeploymentService: GenService<{
    * Errors: NOT_FOUND {reason KEY_NOT_FOUND} for an unknown or already
    * revoked key, or one of another space (never told apart);
    * INVALID_ARGUMENT for a non-UUID credential_id.
+   * Reasons: KEY_NOT_FOUND, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.RevokeKey
    */
@@ -634,6 +640,7 @@ export const DeploymentService: GenService<{
    * Errors: PERMISSION_DENIED {reason OPERATOR_ONLY} for any other caller;
    * INVALID_ARGUMENT {reason INVALID_SLUG}; ALREADY_EXISTS {reason
    * SPACE_EXISTS}.
+   * Reasons: OPERATOR_ONLY, INVALID_SLUG, SPACE_EXISTS, NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.CreateSpace
    */
@@ -646,6 +653,7 @@ export const DeploymentService: GenService<{
    * The spaces the caller may know of: every space for the operator, the
    * caller's own space for anyone else (other tenants are never named).
    * Errors: none beyond the common ones.
+   * Reasons: NOT_SERVED.
    *
    * @generated from rpc testament.common.v1.DeploymentService.ListSpaces
    */

@@ -13,7 +13,7 @@ import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
  * Describes the file testament/common/v1/options.proto.
  */
 export const file_testament_common_v1_options: GenFile = /*@__PURE__*/
-  fileDesc("CiF0ZXN0YW1lbnQvY29tbW9uL3YxL29wdGlvbnMucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEqYQoFU2NvcGUSFQoRU0NPUEVfVU5TUEVDSUZJRUQQABIOCgpTQ09QRV9OT05FEAESDgoKU0NPUEVfUkVBRBACEhAKDFNDT1BFX0lOR0VTVBADEg8KC1NDT1BFX1dSSVRFEAQ6UgoFc2NvcGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxjRhgMgASgOMhoudGVzdGFtZW50LmNvbW1vbi52MS5TY29wZVIFc2NvcGU6NwoEd2lyZRIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGNKGAyABKAlSBHdpcmViBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("CiF0ZXN0YW1lbnQvY29tbW9uL3YxL29wdGlvbnMucHJvdG8SE3Rlc3RhbWVudC5jb21tb24udjEqYQoFU2NvcGUSFQoRU0NPUEVfVU5TUEVDSUZJRUQQABIOCgpTQ09QRV9OT05FEAESDgoKU0NPUEVfUkVBRBACEhAKDFNDT1BFX0lOR0VTVBADEg8KC1NDT1BFX1dSSVRFEAQ6UgoFc2NvcGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxjRhgMgASgOMhoudGVzdGFtZW50LmNvbW1vbi52MS5TY29wZVIFc2NvcGU6PQoJbm90X2J1aWx0Eh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMY04YDIAEoCVIIbm90QnVpbHQ6NwoEd2lyZRIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGNKGAyABKAlSBHdpcmViBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * The credential scope an RPC needs (RememberStack's scope table). A credential
@@ -77,11 +77,22 @@ export const scope: GenExtension<MethodOptions, Scope> = /*@__PURE__*/
   extDesc(file_testament_common_v1_options, 0);
 
 /**
+ * Set on an RPC the contract declares before any service implements it: the
+ * server then answers UNIMPLEMENTED {reason NOT_BUILT} with this text. A
+ * service that neither implements an RPC nor finds it declared here refuses
+ * to start (services/platform/server.py).
+ *
+ * @generated from extension: string not_built = 50003;
+ */
+export const not_built: GenExtension<MethodOptions, string> = /*@__PURE__*/
+  extDesc(file_testament_common_v1_options, 1);
+
+/**
  * Exact JSON string of an enum value when the default rule (value name minus
  * the enum's UPPER_SNAKE prefix, lowercased) does not give it, e.g. "T0".
  *
  * @generated from extension: string wire = 50002;
  */
 export const wire: GenExtension<EnumValueOptions, string> = /*@__PURE__*/
-  extDesc(file_testament_common_v1_options, 1);
+  extDesc(file_testament_common_v1_options, 2);
 

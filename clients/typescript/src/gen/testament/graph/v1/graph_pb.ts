@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/graph/v1/graph.proto.
  */
 export const file_testament_graph_v1_graph: GenFile = /*@__PURE__*/
-  fileDesc("Ch50ZXN0YW1lbnQvZ3JhcGgvdjEvZ3JhcGgucHJvdG8SEnRlc3RhbWVudC5ncmFwaC52MSKkAgoTTmVpZ2hib3Job29kUmVxdWVzdBIXCgllbnRpdHlfaWQYASABKAlCBOJBAQISEQoEaG9wcxgCIAEoBUgAiAEBEhIKCnByZWRpY2F0ZXMYAyADKAkSFQoIdmFsaWRfYXQYBCABKAlIAYgBARIYCgtiZWxpZXZlZF9hdBgFIAEoCUgCiAEBEhIKBWxpbWl0GAYgASgFSAOIAQESGQoMY29udGludWF0aW9uGAcgASgJSASIAQESGgoNaW5jbHVkZV9wYXRocxgIIAEoCEgFiAEBQgcKBV9ob3BzQgsKCV92YWxpZF9hdEIOCgxfYmVsaWV2ZWRfYXRCCAoGX2xpbWl0Qg8KDV9jb250aW51YXRpb25CEAoOX2luY2x1ZGVfcGF0aHMiRwoUTmVpZ2hib3Job29kUmVzcG9uc2USLwoIZW52ZWxvcGUYASABKAsyHS50ZXN0YW1lbnQuY29tbW9uLnYxLkVudmVsb3BlIs0BCgtQYXRoUmVxdWVzdBIcCg5mcm9tX2VudGl0eV9pZBgBIAEoCUIE4kEBAhIaCgx0b19lbnRpdHlfaWQYAiABKAlCBOJBAQISFQoIbWF4X2hvcHMYAyABKAVIAIgBARISCgpwcmVkaWNhdGVzGAQgAygJEhUKCHZhbGlkX2F0GAUgASgJSAGIAQESGAoLYmVsaWV2ZWRfYXQYBiABKAlIAogBAUILCglfbWF4X2hvcHNCCwoJX3ZhbGlkX2F0Qg4KDF9iZWxpZXZlZF9hdCI/CgxQYXRoUmVzcG9uc2USLwoIZW52ZWxvcGUYASABKAsyHS50ZXN0YW1lbnQuY29tbW9uLnYxLkVudmVsb3BlIm0KE0NpdGF0aW9uUGF0aFJlcXVlc3QSGQoLZnJvbV9kb2NfaWQYASABKAlCBOJBAQISFwoJdG9fZG9jX2lkGAIgASgJQgTiQQECEhUKCG1heF9ob3BzGAMgASgFSACIAQFCCwoJX21heF9ob3BzIkcKFENpdGF0aW9uUGF0aFJlc3BvbnNlEi8KCGVudmVsb3BlGAEgASgLMh0udGVzdGFtZW50LmNvbW1vbi52MS5FbnZlbG9wZSKgAQoVRXhwYW5kRW50aXRpZXNSZXF1ZXN0Eh8KEWFuY2hvcl9lbnRpdHlfaWRzGAEgAygJQgTiQQECEhIKBGhvcHMYAiABKAVCBOJBAQISFgoJcHJlZGljYXRlGAMgASgJSACIAQESLAoIdmFsaWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9wcmVkaWNhdGUiYQoWRXhwYW5kRW50aXRpZXNSZXNwb25zZRI0CghlbnRpdGllcxgBIAMoCzIiLnRlc3RhbWVudC5ncmFwaC52MS5FeHBhbmRlZEVudGl0eRIRCgl0cnVuY2F0ZWQYAiABKAgiMQoORXhwYW5kZWRFbnRpdHkSEQoJZW50aXR5X2lkGAEgASgJEgwKBGhvcHMYAiABKAUykwQKDEdyYXBoU2VydmljZRKPAQoMTmVpZ2hib3Job29kEicudGVzdGFtZW50LmdyYXBoLnYxLk5laWdoYm9yaG9vZFJlcXVlc3QaKC50ZXN0YW1lbnQuZ3JhcGgudjEuTmVpZ2hib3Job29kUmVzcG9uc2UiLIi1GAKC0+STAiI6ASpiCGVudmVsb3BlIhMvZ3JhcGgvbmVpZ2hib3Job29kEm8KBFBhdGgSHy50ZXN0YW1lbnQuZ3JhcGgudjEuUGF0aFJlcXVlc3QaIC50ZXN0YW1lbnQuZ3JhcGgudjEuUGF0aFJlc3BvbnNlIiSItRgCgtPkkwIaOgEqYghlbnZlbG9wZSILL2dyYXBoL3BhdGgSkAEKDENpdGF0aW9uUGF0aBInLnRlc3RhbWVudC5ncmFwaC52MS5DaXRhdGlvblBhdGhSZXF1ZXN0GigudGVzdGFtZW50LmdyYXBoLnYxLkNpdGF0aW9uUGF0aFJlc3BvbnNlIi2ItRgCgtPkkwIjOgEqYghlbnZlbG9wZSIUL2dyYXBoL2NpdGF0aW9uLXBhdGgSbQoORXhwYW5kRW50aXRpZXMSKS50ZXN0YW1lbnQuZ3JhcGgudjEuRXhwYW5kRW50aXRpZXNSZXF1ZXN0GioudGVzdGFtZW50LmdyYXBoLnYxLkV4cGFuZEVudGl0aWVzUmVzcG9uc2UiBIi1GAJiBnByb3RvMw", [file_google_api_annotations, file_google_api_field_behavior, file_google_protobuf_timestamp, file_testament_common_v1_options, file_testament_common_v1_types]);
+  fileDesc("Ch50ZXN0YW1lbnQvZ3JhcGgvdjEvZ3JhcGgucHJvdG8SEnRlc3RhbWVudC5ncmFwaC52MSKkAgoTTmVpZ2hib3Job29kUmVxdWVzdBIXCgllbnRpdHlfaWQYASABKAlCBOJBAQISEQoEaG9wcxgCIAEoBUgAiAEBEhIKCnByZWRpY2F0ZXMYAyADKAkSFQoIdmFsaWRfYXQYBCABKAlIAYgBARIYCgtiZWxpZXZlZF9hdBgFIAEoCUgCiAEBEhIKBWxpbWl0GAYgASgFSAOIAQESGQoMY29udGludWF0aW9uGAcgASgJSASIAQESGgoNaW5jbHVkZV9wYXRocxgIIAEoCEgFiAEBQgcKBV9ob3BzQgsKCV92YWxpZF9hdEIOCgxfYmVsaWV2ZWRfYXRCCAoGX2xpbWl0Qg8KDV9jb250aW51YXRpb25CEAoOX2luY2x1ZGVfcGF0aHMiRwoUTmVpZ2hib3Job29kUmVzcG9uc2USLwoIZW52ZWxvcGUYASABKAsyHS50ZXN0YW1lbnQuY29tbW9uLnYxLkVudmVsb3BlIs0BCgtQYXRoUmVxdWVzdBIcCg5mcm9tX2VudGl0eV9pZBgBIAEoCUIE4kEBAhIaCgx0b19lbnRpdHlfaWQYAiABKAlCBOJBAQISFQoIbWF4X2hvcHMYAyABKAVIAIgBARISCgpwcmVkaWNhdGVzGAQgAygJEhUKCHZhbGlkX2F0GAUgASgJSAGIAQESGAoLYmVsaWV2ZWRfYXQYBiABKAlIAogBAUILCglfbWF4X2hvcHNCCwoJX3ZhbGlkX2F0Qg4KDF9iZWxpZXZlZF9hdCI/CgxQYXRoUmVzcG9uc2USLwoIZW52ZWxvcGUYASABKAsyHS50ZXN0YW1lbnQuY29tbW9uLnYxLkVudmVsb3BlIm0KE0NpdGF0aW9uUGF0aFJlcXVlc3QSGQoLZnJvbV9kb2NfaWQYASABKAlCBOJBAQISFwoJdG9fZG9jX2lkGAIgASgJQgTiQQECEhUKCG1heF9ob3BzGAMgASgFSACIAQFCCwoJX21heF9ob3BzIkcKFENpdGF0aW9uUGF0aFJlc3BvbnNlEi8KCGVudmVsb3BlGAEgASgLMh0udGVzdGFtZW50LmNvbW1vbi52MS5FbnZlbG9wZSKgAQoVRXhwYW5kRW50aXRpZXNSZXF1ZXN0Eh8KEWFuY2hvcl9lbnRpdHlfaWRzGAEgAygJQgTiQQECEhIKBGhvcHMYAiABKAVCBOJBAQISFgoJcHJlZGljYXRlGAMgASgJSACIAQESLAoIdmFsaWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9wcmVkaWNhdGUiYQoWRXhwYW5kRW50aXRpZXNSZXNwb25zZRI0CghlbnRpdGllcxgBIAMoCzIiLnRlc3RhbWVudC5ncmFwaC52MS5FeHBhbmRlZEVudGl0eRIRCgl0cnVuY2F0ZWQYAiABKAgiMQoORXhwYW5kZWRFbnRpdHkSEQoJZW50aXR5X2lkGAEgASgJEgwKBGhvcHMYAiABKAUynwQKDEdyYXBoU2VydmljZRKSAQoMTmVpZ2hib3Job29kEicudGVzdGFtZW50LmdyYXBoLnYxLk5laWdoYm9yaG9vZFJlcXVlc3QaKC50ZXN0YW1lbnQuZ3JhcGgudjEuTmVpZ2hib3Job29kUmVzcG9uc2UiL5ACAYi1GAKC0+STAiI6ASpiCGVudmVsb3BlIhMvZ3JhcGgvbmVpZ2hib3Job29kEnIKBFBhdGgSHy50ZXN0YW1lbnQuZ3JhcGgudjEuUGF0aFJlcXVlc3QaIC50ZXN0YW1lbnQuZ3JhcGgudjEuUGF0aFJlc3BvbnNlIieQAgGItRgCgtPkkwIaOgEqYghlbnZlbG9wZSILL2dyYXBoL3BhdGgSkwEKDENpdGF0aW9uUGF0aBInLnRlc3RhbWVudC5ncmFwaC52MS5DaXRhdGlvblBhdGhSZXF1ZXN0GigudGVzdGFtZW50LmdyYXBoLnYxLkNpdGF0aW9uUGF0aFJlc3BvbnNlIjCQAgGItRgCgtPkkwIjOgEqYghlbnZlbG9wZSIUL2dyYXBoL2NpdGF0aW9uLXBhdGgScAoORXhwYW5kRW50aXRpZXMSKS50ZXN0YW1lbnQuZ3JhcGgudjEuRXhwYW5kRW50aXRpZXNSZXF1ZXN0GioudGVzdGFtZW50LmdyYXBoLnYxLkV4cGFuZEVudGl0aWVzUmVzcG9uc2UiB5ACAYi1GAJiBnByb3RvMw", [file_google_api_annotations, file_google_api_field_behavior, file_google_protobuf_timestamp, file_testament_common_v1_options, file_testament_common_v1_types]);
 
 /**
  * NeighborhoodRequest: POST /graph/neighborhood body. JSON null is accepted
@@ -353,7 +353,7 @@ export const ExpandedEntitySchema: GenMessage<ExpandedEntity> = /*@__PURE__*/
  * Budgets: 2,000 edges examined (truncation expansion_budget), 1,000 frontier
  * (frontier_budget), 1,000 ms traversal (time_budget), the route's result
  * limit (result_budget); 5 s statement timeout. 2 concurrent traversals per
- * process (REMEMBERSTACK_SELFHOST_GRAPH_MAX_CONCURRENCY), 1 s pool wait.
+ * process (fixed: services/graph/app.py DEFAULT_SLOTS), 1 s pool wait.
  *
  * Clocks: `valid_at` and `believed_at` both or neither (default both = request
  * time); zero UTC offset only, else 422 (never converted). Result mode as_of.
@@ -378,6 +378,7 @@ export const GraphService: GenService<{
    * Negatives: entity not in the graph -> unknown_entity; no neighbour ->
    * known_empty; a foreign continuation -> boundary (200).
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.Neighborhood
    */
@@ -392,6 +393,7 @@ export const GraphService: GenService<{
    * nodes and edges distinct. Either entity missing -> unknown_entity; no
    * path -> known_empty.
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.Path
    */
@@ -408,6 +410,7 @@ export const GraphService: GenService<{
    * evidence_count 0, validity fields null). Mode current when chains are
    * found. Doc not live -> unknown_entity; no chain -> known_empty.
    * Errors: the shared graph errors.
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.CitationPath
    */
@@ -424,6 +427,7 @@ export const GraphService: GenService<{
    * Errors: INVALID_ARGUMENT for no anchors, > 19 anchors, a non-UUID or hops
    * outside 1-2; UNAVAILABLE when the live graph is busy, timed out or not
    * ready (the caller answers with a `boundary` negative).
+   * Reasons: GRAPH_BUSY, GRAPH_TIMED_OUT, GRAPH_RESULT_UNAVAILABLE.
    *
    * @generated from rpc testament.graph.v1.GraphService.ExpandEntities
    */
