@@ -351,6 +351,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                                               previous_holder=r.previous_holder, extra=extra))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
+            value = r.value
             attribute, renewed = _attribute_reference(r.attribute, known_aliases)
             if renewed and r.change == "none":
                 r = reading.Reading(**{**r.__dict__, "change": "succession"})
@@ -365,7 +366,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                     change, previous_value = "correction", r.previous
                 # a value measured over a period ("fell to 0.4 percent in June") holds for that period
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
-                drafts.extend(attribute_drafts(anchor, attribute, r.value, change, previous=r.previous,
+                drafts.extend(attribute_drafts(anchor, attribute, value, change, previous=r.previous,
                                                previous_value=previous_value, state=state, extra=extra))
                 continue
         if r.kind == "nonfact":
