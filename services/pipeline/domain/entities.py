@@ -31,6 +31,7 @@ T3_MIN_WORDS = 2
 T3_COVERAGE = 0.6
 T3_MARGIN = 0.05
 
+_DIGITS = re.compile(r"\d+")
 _FUNCTION_WORDS = frozenset("""a an the of on in at for to from by with and or our my your their his her its this
 that these those who which is are was were be""".split())
 
@@ -68,6 +69,11 @@ def _similar(a: str, b: str) -> float:
 def _token_compatible(mention: str, alias: str) -> bool:
     if mention == alias:
         return True
+    if _DIGITS.findall(mention) != _DIGITS.findall(alias):
+        # A number in a name tells referents apart ("Lead3" is not "Lead4", "module 1" is not
+        # "module 12"); it is never a misspelling or an initial. Without this, numbered names
+        # look alike, so which entity a mention joins depended on which arrived first.
+        return False
     if len(mention) == 1:  # an initial: "S" for "Shankar"
         return alias.startswith(mention)
     if len(alias) == 1:

@@ -191,6 +191,27 @@ async def test_t3_finds_an_entity_by_profile_when_the_names_differ(db: Database)
         assert other != ravi and row["resolution_method"] == "new" and row["resolution_is_new_entity"]
 
 
+async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db: Database) -> None:
+    """Issue #12's order independence at the entity cascade: "Lead3" and "Lead4", "service 1"
+    and "service 12" are different referents (a number is not a misspelling or an initial), so
+    each order of first mentions leaves the same entities; before, whichever name came first
+    absorbed the others it looked like, and the facts of the bench corpus differed by order."""
+    names = ["Person1", "Person12", "Person2", "Lead3", "Lead4", "service 1", "service 12", "service 13"]
+    orders = [names, list(reversed(names)), ["service 12", "service 13", "service 1", "Person12", "Person1",
+                                             "Lead4", "Person2", "Lead3"]]
+    partitions = []
+    for order in orders:
+        async with db.transaction() as conn:
+            s = await new_space(conn)
+            resolved = {name: (await mention(conn, s, name))[0] for name in order}
+            names_of: dict[uuid.UUID, set[str]] = {}
+            for name, entity_id in resolved.items():
+                names_of.setdefault(entity_id, set()).add(name)
+            partitions.append(sorted(sorted(group) for group in names_of.values()))
+    assert partitions[0] == [[name] for name in sorted(names)]
+    assert all(p == partitions[0] for p in partitions), partitions
+
+
 # --- proposals, apply, revert -----------------------------------------------------------------
 
 
