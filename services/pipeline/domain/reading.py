@@ -162,6 +162,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                 for obj in objects:
                     out.extend(_np_tokens(obj))
             continue
+        if child.dep_ in ("appos", "nummod") and child.pos_ == "NUM" and child.i == token.i + 1:
+            # "the service 15": a number right after its noun is part of the name (the parser
+            # makes it an apposition, or a date when it could be a day of the month)
+            out.append(child)
+            continue
         if child.dep_ in _NP_STOP_DEPS and not (child.dep_ == "punct" and child.text in ("-", "/", "&")):
             continue
         modifier = child.i < token.i and child.dep_ in ("compound", "amod", "nmod", "poss", "nummod")

@@ -37,6 +37,17 @@ def test_take_over_from_names_the_new_holder_and_the_old() -> None:
         "Lena Park", "on-call rotation for Orion", True)
 
 
+@pytest.mark.parametrize("number", ["15", "16", "21"])
+def test_a_number_after_its_noun_stays_in_the_name_whatever_the_memory_holds(number: str) -> None:
+    """"The service 15": the parser makes the number an apposition (or a day of the month);
+    cut off, the bare "service" was read as whichever "service N" the memory already knew, so
+    the fact depended on which documents came first (issue #12's order independence)."""
+    text = f"The service {number} depends on the ledger."
+    for known in (frozenset(), frozenset({"ledger", "service 13"})):
+        (d,), _ = read_claim(ClaimView("c", text, False, None, None, None, "unknown", None, SAID), known)
+        assert (d.kind, d.subject, d.predicate, d.object) == ("relation", f"service {number}", "depends_on", "ledger")
+
+
 def test_a_moved_thing_changes_place_and_a_moved_person_changes_team() -> None:
     (before, place), _ = drafts("We migrated the Orion database from Frankfurt to Dublin on 20 February 2026.")
     assert (place.subject, place.predicate, place.object, place.previous_object) == (
