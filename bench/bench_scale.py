@@ -62,15 +62,19 @@ WRITE_BATCH = 2_000
 DIM = gen.DIM
 RRF_K = 60
 
-# The query the bounded scan replaced (the statistics recounted, every posting scored).
+# The query the bounded scan replaced (the statistics recounted, every posting scored). Float
+# arithmetic in the service's order (lexical.bm25_term) and each target's sum in term order:
+# otherwise mathematically tied targets get scores an ulp apart, ranked by the join's row
+# order rather than by id.
 EXHAUSTIVE = f"""
-WITH stats AS (SELECT count(*)::float AS n, greatest(avg(length), 1)::float AS avgdl
+WITH stats AS (SELECT count(*)::float AS n, greatest(sum(length)::float / count(*), 1) AS avgdl
                  FROM bm25_docs WHERE space_id = $1 AND target_kind = 'claim'),
      df AS (SELECT term, count(*)::float AS df FROM bm25_postings
              WHERE space_id = $1 AND target_kind = 'claim' AND term = ANY($3::text[]) GROUP BY term),
      scored AS (
-        SELECT p.target_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * (p.tf * (1.2 + 1))
-                                / (p.tf + 1.2 * (1 - 0.75 + 0.75 * bd.length / stats.avgdl))) AS score
+        SELECT p.target_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * (p.tf * 2.2::float8)
+                                / (p.tf + 1.2::float8 * (0.25::float8 + 0.75::float8 * bd.length / stats.avgdl))
+                                ORDER BY p.term COLLATE "C") AS score
           FROM bm25_postings p JOIN df ON df.term = p.term
           JOIN bm25_docs bd ON bd.target_kind = p.target_kind AND bd.target_id = p.target_id
           CROSS JOIN stats

@@ -70,6 +70,9 @@ _TARGETS: dict[str, dict[str, str]] = {
 }
 
 
+_EXHAUSTIVE_SUM = lexical.BM25_SUM_SQL.format(term=lexical.BM25_TERM_SQL.format(idf="q.idf", avgdl="$6::float8"))
+
+
 @dataclass(frozen=True)
 class Filters:
     """What narrows a search leg, as data: the legs render it into their own SQL with their
@@ -257,8 +260,7 @@ class SearchLegs:
                                         WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[])
                                         GROUP BY term) d),
                          scored AS (
-                           SELECT p.target_id, sum(q.idf * (p.tf * (1.2 + 1))
-                                                   / (p.tf + 1.2 * (1 - 0.75 + 0.75 * p.length / $6::float8))) AS score
+                           SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
                              FROM q JOIN bm25_postings p
                                ON p.space_id = $1 AND p.target_kind = $3 AND p.term = q.term
                             GROUP BY p.target_id)

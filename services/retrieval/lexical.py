@@ -10,12 +10,11 @@ from typing import Any
 
 from services.retrieval.domain import bm25_idf
 
-# BM25 constants (Okapi k1, b), the reference lengths of migration 0008's ``bm25_impact``,
+# BM25 (Okapi k1 = 1.2, b = 0.75, in ``bm25_term``), the reference lengths of migration 0008's ``bm25_impact``,
 # and how deep the lexical rounds read: the first round reads max(FIRST, 4k) postings per
 # term, each further round four times more, up to READ_MAX postings in all (so a term that
 # matches half of a million-row space costs a bounded read, and the plan says the answer
 # was bounded).
-_BM25_K1, _BM25_B = 1.2, 0.75
 BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 32.0}
 BM25_FIRST_DEPTH = 200
 BM25_READ_MAX = 40_000
@@ -25,9 +24,19 @@ BM25_COMPLETE_MAX = 2_000
 BM25_EXHAUSTIVE_MAX = 20_000
 
 
-def bm25_part(tf: int, length: int, avgdl: float) -> float:
-    """The term-frequency part of Okapi BM25."""
-    return tf * (_BM25_K1 + 1) / (tf + _BM25_K1 * ((1 - _BM25_B) + _BM25_B * length / avgdl))
+def bm25_term(idf: float, tf: int, length: int, avgdl: float) -> float:
+    """One term's Okapi BM25 score, written operation for operation as ``BM25_TERM_SQL``
+    (float8 throughout), so that Python and SQL compute the same bits."""
+    return idf * (tf * 2.2) / (tf + 1.2 * (0.25 + 0.75 * length / avgdl))
+
+
+# The same in SQL, over ``idf``, ``p.tf``, ``p.length`` and an average length ``{avgdl}``.
+# A target's score is the sum of its terms' scores in term order (``BM25_SUM_SQL``): a float
+# sum depends on its order, and targets with mathematically equal scores must get equal
+# floats on every path, or an exact tie is ranked by rounding instead of by id.
+BM25_TERM_SQL = ("{idf} * (p.tf * 2.2::float8) / (p.tf + 1.2::float8 * (0.25::float8 + 0.75::float8 * p.length"
+                 " / {avgdl}))")
+BM25_SUM_SQL = 'sum({term} ORDER BY p.term COLLATE "C")'
 
 
 class ThresholdTopK:
@@ -53,8 +62,8 @@ class ThresholdTopK:
             else:
                 postings.append(r)
         self.terms = [t for t in terms if t in self.idf]
-        # Per target: the terms whose part is known, and the sum of those parts.
-        self.known: dict[uuid.UUID, set[str]] = {}
+        # Per target: the known terms' scores, and their sum in term order (as BM25_SUM_SQL).
+        self.known: dict[uuid.UUID, dict[str, float]] = {}
         self.score: dict[uuid.UUID, float] = {}
         self.complete_ids: set[uuid.UUID] = set()
         self._add(postings)
@@ -69,11 +78,10 @@ class ThresholdTopK:
     def _add(self, postings: Sequence[Any]) -> None:
         for p in postings:
             target, term = p["target_id"], p["term"]
-            known = self.known.setdefault(target, set())
+            known = self.known.setdefault(target, {})
             if term not in known:
-                known.add(term)
-                self.score[target] = self.score.get(target, 0.0) + self.idf[term] * bm25_part(
-                    p["tf"], p["length"], self.avgdl)
+                known[term] = bm25_term(self.idf[term], p["tf"], p["length"], self.avgdl)
+                self.score[target] = sum(known[t] for t in sorted(known))
 
     def _upper(self, target: uuid.UUID) -> float:
         if target in self.complete_ids:

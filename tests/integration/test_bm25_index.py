@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pgvector.asyncpg import register_vector
 
@@ -113,6 +113,9 @@ def shallow(monkeypatch: pytest.MonkeyPatch) -> None:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31), docs=st.integers(3, 40), k=st.sampled_from([1, 3, 10]),
        queries=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4), min_size=1, max_size=4))
+# Mathematically tied targets whose three parts were summed in different orders (an ulp
+# apart, so ranked by rounding instead of by id): seen on main before the sums were ordered.
+@example(seed=2**31, docs=31, k=10, queries=[["alpha", "brick", "fjord"]])
 def test_bounded_scan_equals_exhaustive_okapi(dsn: str, shallow: None, seed: int, docs: int, k: int,
                                               queries: list[list[str]]) -> None:
     equivalence(dsn, seed, docs, k, queries, ("bm25_exact", "none"))
