@@ -30,8 +30,8 @@ from pgvector.asyncpg import register_vector
 from bench._common import Row, percentiles, running_stack
 from bench.bench_retrieval import (
     _HASH,
-    HNSW_INDEXES,
     Analyser,
+    drop_hnsw_indexes,
     load,
     new_space,
     rebuild_indexes,
@@ -142,10 +142,7 @@ async def run() -> list[Row]:
         db = await Database.connect(stack.dsn, max_size=4, query_timeout_s=60)
         pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
         try:
-            definitions = [await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = $1", name)
-                           for name in HNSW_INDEXES]
-            for name in HNSW_INDEXES:
-                await conn.execute(f"DROP INDEX {name}")
+            definitions = await drop_hnsw_indexes(conn)
             started = time.perf_counter()
             corpus = synthetic(await new_space(conn, "bench-qs-100k"), CLAIMS, vocabulary(), 3 << 8, seed=CLAIMS)
             await load(conn, corpus, Analyser(pool), _HASH.model)

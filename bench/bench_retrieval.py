@@ -803,6 +803,15 @@ async def quality(retrieval: Retrieval, space: uuid.UUID, questions: list[Questi
 
 # --------------------------------------------------------------------------------------
 
+async def drop_hnsw_indexes(conn: asyncpg.Connection) -> list[str]:
+    """Bulk loads run without the HNSW indexes; their migration definitions, to rebuild them."""
+    definitions = [await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = $1", name)
+                   for name in HNSW_INDEXES]
+    for name in HNSW_INDEXES:
+        await conn.execute(f"DROP INDEX {name}")
+    return definitions
+
+
 async def rebuild_indexes(conn: asyncpg.Connection, definitions: list[str]) -> float:
     started = time.perf_counter()
     await conn.execute("SET maintenance_work_mem = '1GB'")
@@ -864,10 +873,7 @@ async def run() -> list[Row]:
             # The HNSW indexes are rebuilt after the bulk load. The 10k set is measured before
             # that: every one of its vector legs is an exact scan (≤ EXACT_SCAN_MAX eligible rows),
             # which no HNSW index can serve.
-            definitions = [await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = $1", name)
-                           for name in HNSW_INDEXES]
-            for name in HNSW_INDEXES:
-                await conn.execute(f"DROP INDEX {name}")
+            definitions = await drop_hnsw_indexes(conn)
 
             small, large = SIZES
             started = time.perf_counter()

@@ -203,10 +203,7 @@ async def run() -> list[Row]:
         db = await Database.connect(stack.dsn, max_size=16, query_timeout_s=120)
         pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
         try:
-            definitions = [await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = $1", name)
-                           for name in gen.HNSW_INDEXES]
-            for name in gen.HNSW_INDEXES:
-                await conn.execute(f"DROP INDEX {name}")
+            definitions = await gen.drop_hnsw_indexes(conn)
             started = time.perf_counter()
             corpus = gen.synthetic(await gen.new_space(conn, "bench-scale"), SIZE, vocab, 3 << 8, seed=SIZE)
             await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)

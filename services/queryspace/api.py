@@ -14,6 +14,7 @@ from testament.queryspace.v1 import queryspace_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
+from services.platform.values import bounded_int, collect
 from services.platform.wire import enum_value, optional, timestamp
 from services.queryspace.app import QuerySpace, Request
 
@@ -130,6 +131,12 @@ def _query_id(value: str) -> uuid.UUID:
 EXPORT_BATCH_ROWS = 1000
 
 
+def _at_least(name: str, value: int | None, low: int) -> int | None:
+    """An optional integer that must be at least ``low``; absent stays absent, so the tier's
+    own default applies."""
+    return None if value is None else bounded_int(name, value, value, low, 2**31 - 1)
+
+
 class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
     def __init__(self, service: QuerySpace, exports: QuerySpace | None = None) -> None:
         self.service = service
@@ -137,10 +144,7 @@ class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
         self.exports = exports or service
 
     async def RunSql(self, request: pb.RunSqlRequest, context: grpc.aio.ServicerContext) -> pb.RunSqlResponse:
-        max_rows = optional(request, "max_rows")
-        if max_rows is not None and max_rows < 0:
-            raise ValidationFailed([FieldViolation("max_rows", "Input should be greater than or equal to 0",
-                                                   type="greater_than_equal", input=max_rows, ctx={"ge": 0})])
+        max_rows = _at_least("max_rows", optional(request, "max_rows"), 0)
         result = await self.service.run(require_caller(), Request(request.sql, _parameters(request.parameters),
                                                                   max_rows=max_rows))
         return pb.RunSqlResponse(result=query_result(result))
@@ -182,12 +186,7 @@ class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
                                context: grpc.aio.ServicerContext) -> pb.SearchQuerySpaceResponse:
         require_caller()
         k = optional(request, "k")
-        if k is not None and not 1 <= k <= 25:
-            kind = "greater_than_equal" if k < 1 else "less_than_equal"
-            bound = {"ge": 1} if k < 1 else {"le": 25}
-            raise ValidationFailed([FieldViolation("k", f"Input should be {'greater' if k < 1 else 'less'} than or "
-                                                        f"equal to {1 if k < 1 else 25}", type=kind, input=k,
-                                                   ctx=bound)])
+        k = None if k is None else bounded_int("k", k, k, 1, 25)
         hits = self.service.search(request.query, k)
         out = pb.SearchQuerySpaceResponse()
         for h in hits:
@@ -220,15 +219,9 @@ class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
 
     async def RunSavedQuery(self, request: pb.RunSavedQueryRequest,
                             context: grpc.aio.ServicerContext) -> pb.RunSavedQueryResponse:
-        version = optional(request, "version")
-        max_rows = optional(request, "max_rows")
-        problems = []
-        if version is not None and version < 1:
-            problems.append(FieldViolation("version", "Input should be greater than or equal to 1",
-                                           type="greater_than_equal", input=version, ctx={"ge": 1}))
-        if max_rows is not None and max_rows < 0:
-            problems.append(FieldViolation("max_rows", "Input should be greater than or equal to 0",
-                                           type="greater_than_equal", input=max_rows, ctx={"ge": 0}))
+        problems: list[FieldViolation] = []
+        version = collect(problems, _at_least, "version", optional(request, "version"), 1)
+        max_rows = collect(problems, _at_least, "max_rows", optional(request, "max_rows"), 0)
         if problems:
             raise ValidationFailed(problems)
         result = await self.service.run_saved(require_caller(), request.namespace, request.name, version,
@@ -239,10 +232,7 @@ class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
 
     async def ExportSql(self, request: pb.ExportSqlRequest,
                         context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExportSqlResponse]:
-        max_rows = optional(request, "max_rows")
-        if max_rows is not None and max_rows < 0:
-            raise ValidationFailed([FieldViolation("max_rows", "Input should be greater than or equal to 0",
-                                                   type="greater_than_equal", input=max_rows, ctx={"ge": 0})])
+        max_rows = _at_least("max_rows", optional(request, "max_rows"), 0)
         result = await self.exports.run(require_caller(), Request(request.sql, _parameters(request.parameters),
                                                                   max_rows=max_rows))
         rows = result["rows"]
