@@ -21,6 +21,8 @@ from testament.common.v1 import stage_pb2
 from services.platform.errors import BadRequest, FieldViolation, InvalidArgument, ValidationFailed
 
 CURSOR_MALFORMED = "cursor is malformed"
+UUID_MESSAGE = ("Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` "
+                "followed by [0-9a-fA-F-], found `x` at 1")
 T = TypeVar("T")
 
 
@@ -28,9 +30,7 @@ def parse_uuid(name: str, raw: str) -> uuid.UUID:
     try:
         return uuid.UUID(raw)
     except (ValueError, AttributeError):
-        raise ValidationFailed([FieldViolation(
-            name, "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` "
-            "followed by [0-9a-fA-F-], found `x` at 1", "uuid_parsing", raw)]) from None
+        raise ValidationFailed([FieldViolation(name, UUID_MESSAGE, "uuid_parsing", raw)]) from None
 
 
 def parse_utc(name: str, raw: str, *, refusal: str | None = None) -> dt.datetime:
