@@ -25,6 +25,8 @@ from services.platform.errors import FieldViolation, ValidationFailed
 from services.platform.values import UUID_MESSAGE
 
 _validator = protovalidate.Validator()
+_INTEGERS = ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32",
+             "sfixed64")
 
 
 def _plural(n: int, word: str) -> str:
@@ -33,7 +35,8 @@ def _plural(n: int, word: str) -> str:
 
 def _rules(message: Message, path: list[str]) -> tuple[FieldDescriptor | None, validate_pb2.FieldRules]:
     """The descriptor and rules of the field at ``path`` (names; list indexes skipped)."""
-    descriptor, field = message.DESCRIPTOR, None
+    descriptor: Any = message.DESCRIPTOR
+    field: Any = None
     for name in path:
         if descriptor is None or name not in descriptor.fields_by_name:
             continue  # a list index or map key
@@ -46,7 +49,7 @@ def _rules(message: Message, path: list[str]) -> tuple[FieldDescriptor | None, v
 
 def _bounds(rules: validate_pb2.FieldRules) -> tuple[int | None, int | None]:
     kind = rules.WhichOneof("type")
-    if kind is None:
+    if kind not in _INTEGERS:
         return None, None
     typed = getattr(rules, kind)
     low = typed.gte if typed.HasField("gte") else (typed.gt + 1 if typed.HasField("gt") else None)
@@ -56,12 +59,13 @@ def _bounds(rules: validate_pb2.FieldRules) -> tuple[int | None, int | None]:
 
 def violation(message: Message, found: protovalidate.Violation) -> FieldViolation:
     """One protovalidate violation as the pydantic-shaped item the gateway answers with."""
-    elements = found.proto.field.elements
+    proto = validate_pb2.Violation.FromString(found.proto.to_binary())  # the engine's runtime → ours
+    elements = proto.field.elements
     names = [e.field_name for e in elements]
     dotted = ".".join(f"{e.field_name}.{e.index}" if e.HasField("index") else e.field_name for e in elements)
     field, rules = _rules(message, names)
     value = found.field_value
-    rule = found.proto.rule_id
+    rule = proto.rule_id
     if rule == "required":
         return FieldViolation(dotted, "Field required", "missing", None)
     if rule.endswith(".uuid") or rule.endswith(".uuid_empty"):
@@ -89,7 +93,7 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
         return FieldViolation(dotted, f"List should have at most {_plural(n, 'item')} after validation, "
                               f"not {count}", "too_long", count,
                               {"field_type": "List", "max_length": n, "actual_length": count})
-    if rule == "enum.defined_only" and field is not None and field.enum_type is not None:
+    if rule.startswith("enum.") and field is not None and field.enum_type is not None:
         allowed = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
         return FieldViolation(dotted, f"Input should be one of {allowed}", "enum", value)
     low, high = _bounds(rules)
@@ -99,7 +103,7 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
     if isinstance(value, int) and high is not None and value > high:
         return FieldViolation(dotted, f"Input should be less than or equal to {high}", "less_than_equal",
                               value, {"le": high})
-    return FieldViolation(dotted, found.proto.message or rule, "value_error", value)
+    return FieldViolation(dotted, proto.message or rule, "value_error", value)
 
 
 def check(message: Message) -> None:

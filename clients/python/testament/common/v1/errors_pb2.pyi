@@ -171,6 +171,24 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION / 409. The work unit is not dead-lettered."""
     ERROR_REASON_VERSION_DELETED: _ErrorReason.ValueType  # 82
     """FAILED_PRECONDITION / 409. The work unit's version was deleted (deletion wins)."""
+    ERROR_REASON_NOTHING_TO_REEXTRACT: _ErrorReason.ValueType  # 83
+    """FAILED_PRECONDITION / 409. The version has no finished extraction to redo in
+    the caller's space (unknown, deleted, or work still pending, running or failed).
+    """
+    ERROR_REASON_REEMBED_BUSY: _ErrorReason.ValueType  # 84
+    """FAILED_PRECONDITION / 409. Embedding work of the space is in flight; let the
+    pipeline finish, then re-embed.
+    """
+    ERROR_REASON_MERGE_PROPOSAL_NOT_FOUND: _ErrorReason.ValueType  # 85
+    """NOT_FOUND / 404. No merge proposal with that id in the caller's space."""
+    ERROR_REASON_MERGE_NOT_APPLICABLE: _ErrorReason.ValueType  # 86
+    """FAILED_PRECONDITION / 409. The proposal's status does not allow the change
+    (applying an applied or rejected one, reverting one not applied).
+    """
+    ERROR_REASON_MERGE_CHAIN: _ErrorReason.ValueType  # 87
+    """FAILED_PRECONDITION / 409. A side of the merge is already merged (merges never chain)."""
+    ERROR_REASON_MERGE_TOO_LARGE: _ErrorReason.ValueType  # 88
+    """FAILED_PRECONDITION / 409. The absorbed entity has more facts than a merge may move."""
     ERROR_REASON_UNKNOWN_OPERATION: _ErrorReason.ValueType  # 100
     """--- RetrievalService ------------------------------------------------------
 
@@ -346,6 +364,24 @@ ERROR_REASON_NOT_DEAD_LETTER: ErrorReason.ValueType  # 81
 """FAILED_PRECONDITION / 409. The work unit is not dead-lettered."""
 ERROR_REASON_VERSION_DELETED: ErrorReason.ValueType  # 82
 """FAILED_PRECONDITION / 409. The work unit's version was deleted (deletion wins)."""
+ERROR_REASON_NOTHING_TO_REEXTRACT: ErrorReason.ValueType  # 83
+"""FAILED_PRECONDITION / 409. The version has no finished extraction to redo in
+the caller's space (unknown, deleted, or work still pending, running or failed).
+"""
+ERROR_REASON_REEMBED_BUSY: ErrorReason.ValueType  # 84
+"""FAILED_PRECONDITION / 409. Embedding work of the space is in flight; let the
+pipeline finish, then re-embed.
+"""
+ERROR_REASON_MERGE_PROPOSAL_NOT_FOUND: ErrorReason.ValueType  # 85
+"""NOT_FOUND / 404. No merge proposal with that id in the caller's space."""
+ERROR_REASON_MERGE_NOT_APPLICABLE: ErrorReason.ValueType  # 86
+"""FAILED_PRECONDITION / 409. The proposal's status does not allow the change
+(applying an applied or rejected one, reverting one not applied).
+"""
+ERROR_REASON_MERGE_CHAIN: ErrorReason.ValueType  # 87
+"""FAILED_PRECONDITION / 409. A side of the merge is already merged (merges never chain)."""
+ERROR_REASON_MERGE_TOO_LARGE: ErrorReason.ValueType  # 88
+"""FAILED_PRECONDITION / 409. The absorbed entity has more facts than a merge may move."""
 ERROR_REASON_UNKNOWN_OPERATION: ErrorReason.ValueType  # 100
 """--- RetrievalService ------------------------------------------------------
 
