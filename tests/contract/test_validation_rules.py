@@ -166,22 +166,19 @@ def _breakers(field: FieldDescriptor) -> Iterator[tuple[str, str, Callable[[Mess
             yield "enum.not_in", name, lambda m: setattr(m, name, 0)
 
 
+def _walk(rpc: str, request: type[Message], descriptor: Descriptor, path: tuple[str, ...],
+          prefix: str) -> Iterator[Case]:
+    for field in descriptor.fields:
+        for rule, suffix, breaker in _breakers(field):
+            yield Case(rpc, rule, prefix + suffix, request, path, breaker)
+        if field.message_type is not None and not field.is_repeated and _has_rules(field.message_type):
+            yield from _walk(rpc, request, field.message_type, (*path, field.name), f"{prefix}{field.name}.")
+
+
 def _cases() -> list[Case]:
-    cases = []
-    for full_name in contract.SERVICE_FULL_NAMES.values():
-        for method in contract.service(full_name).methods:
-            request = GetMessageClass(method.input_type)
-
-            def walk(descriptor: Descriptor, path: tuple[str, ...], prefix: str) -> None:
-                for field in descriptor.fields:
-                    for rule, suffix, breaker in _breakers(field):
-                        cases.append(Case(method.full_name, rule, prefix + suffix, request, path, breaker))
-                    if (field.message_type is not None and not field.is_repeated
-                            and _has_rules(field.message_type)):
-                        walk(field.message_type, (*path, field.name), f"{prefix}{field.name}.")
-
-            walk(method.input_type, (), "")
-    return cases
+    return [case for full_name in contract.SERVICE_FULL_NAMES.values()
+            for method in contract.service(full_name).methods
+            for case in _walk(method.full_name, GetMessageClass(method.input_type), method.input_type, (), "")]
 
 
 CASES = _cases()
