@@ -47,6 +47,14 @@ def _rules(message: Message, path: list[str]) -> tuple[FieldDescriptor | None, v
     return field, field.GetOptions().Extensions[validate_pb2.field]
 
 
+def _value(message: Message, path: list[str]) -> Any:
+    """The value at ``path`` in ``message`` (names only, as for a repeated field itself)."""
+    value: Any = message
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
 def _bounds(rules: validate_pb2.FieldRules) -> tuple[int | None, int | None]:
     kind = rules.WhichOneof("type")
     if kind not in _INTEGERS:
@@ -83,16 +91,16 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
         return FieldViolation(dotted, f"String should match pattern '{pattern}'", "string_pattern_mismatch", value,
                               {"pattern": pattern})
     if rule in ("repeated.min_items", "repeated.max_items"):
-        count = len(value) if isinstance(value, list | tuple) else 0
+        items = list(_value(message, names))
         if rule == "repeated.min_items":
             n = rules.repeated.min_items
             return FieldViolation(dotted, f"List should have at least {_plural(n, 'item')} after validation, "
-                                  f"not {count}", "too_short", count,
-                                  {"field_type": "List", "min_length": n, "actual_length": count})
+                                  f"not {len(items)}", "too_short", items,
+                                  {"field_type": "List", "min_length": n, "actual_length": len(items)})
         n = rules.repeated.max_items
         return FieldViolation(dotted, f"List should have at most {_plural(n, 'item')} after validation, "
-                              f"not {count}", "too_long", count,
-                              {"field_type": "List", "max_length": n, "actual_length": count})
+                              f"not {len(items)}", "too_long", items,
+                              {"field_type": "List", "max_length": n, "actual_length": len(items)})
     if rule.startswith("enum.") and field is not None and field.enum_type is not None:
         allowed = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
         return FieldViolation(dotted, f"Input should be one of {allowed}", "enum", value)
@@ -106,11 +114,39 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
     return FieldViolation(dotted, proto.message or rule, "value_error", value)
 
 
+# What a service checks beyond the rules for one request type (a pair of fields, a parsed
+# text), consulted only when a rule is broken so that one 422 still lists every bad field.
+ProblemsOf = Callable[[Any], list[FieldViolation]]
+_ALSO: dict[str, ProblemsOf] = {}
+
+
+def also_check(request_type: type[Message], problems_of: ProblemsOf) -> None:
+    """Register the domain's own checks of ``request_type`` to report beside broken rules."""
+    _ALSO[request_type.DESCRIPTOR.full_name] = problems_of
+
+
+def _merged(message: Message, rules: list[FieldViolation], more: list[FieldViolation]) -> list[FieldViolation]:
+    """``more`` placed among ``rules`` by field number, kept together in its own order."""
+    if not more:
+        return rules
+    fields = message.DESCRIPTOR.fields_by_name
+
+    def number(v: FieldViolation) -> int:
+        top = fields.get(v.field.split(".")[0])
+        return top.number if top is not None else 0
+
+    at = min(number(v) for v in more)
+    cut = next((i for i, v in enumerate(rules) if number(v) > at), len(rules))
+    return [*rules[:cut], *more, *rules[cut:]]
+
+
 def check(message: Message) -> None:
     """Raise :class:`ValidationFailed` naming every field of ``message`` that breaks its rules."""
     found = _validator.collect_violations(message)
     if found:
-        raise ValidationFailed([violation(message, v) for v in found])
+        problems = [violation(message, v) for v in found]
+        also = _ALSO.get(message.DESCRIPTOR.full_name)
+        raise ValidationFailed(_merged(message, problems, also(message)) if also else problems)
 
 
 async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
