@@ -80,7 +80,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def ListDeadLetters(self, request: pipeline_pb2.ListDeadLettersRequest,
                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ListDeadLettersResponse:
         caller = require_caller()
-        limit = request.limit if request.HasField("limit") else DEAD_LETTER_PAGE
+        limit = optional(request, "limit", DEAD_LETTER_PAGE)
         after = _after(optional(request, "cursor"))
         version = uuid.UUID(request.version_id) if request.HasField("version_id") else None
         rows = await self.db.fetch(
@@ -157,7 +157,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def ListCostReceipts(self, request: pipeline_pb2.ListCostReceiptsRequest,
                                context: grpc.aio.ServicerContext) -> pipeline_pb2.ListCostReceiptsResponse:
         caller = require_caller()
-        limit = request.limit if request.HasField("limit") else COST_RECEIPT_PAGE
+        limit = optional(request, "limit", COST_RECEIPT_PAGE)
         after = _after(optional(request, "cursor"))
         now = dt.datetime.now(dt.UTC)
         horizon = now - dt.timedelta(seconds=60)  # receipts younger than this may still be arriving
@@ -232,7 +232,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
         caller = require_caller()
         status = MERGE_STATUS_NAME[request.status] if request.HasField("status") else None
         rows = await merges.list_proposals(self.db, caller.space_id, status=status,
-                                           limit=request.limit if request.HasField("limit") else MERGE_PAGE)
+                                           limit=optional(request, "limit", MERGE_PAGE))
         reply = pipeline_pb2.ListMergeProposalsResponse()
         for r in rows:
             item = reply.proposals.add(proposal_id=str(r["proposal_id"]), survivor_id=str(r["survivor_id"]),
