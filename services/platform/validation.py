@@ -206,12 +206,19 @@ class ValidationInterceptor(grpc.aio.ServerInterceptor):
     Innermost of the chain (after auth: an unauthenticated caller learns nothing of the
     rules), inside the error interceptor that turns the refusal into a status."""
 
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Any],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith("/grpc."):
+        method = handler_call_details.method
+        if handler is None or method.startswith("/grpc."):
             return handler
-        return _validating(handler)
+        known = self._wrapped.get(method)
+        if known is None or known[0] is not handler:  # wrap each method's handler once
+            known = self._wrapped[method] = (handler, _validating(handler))
+        return known[1]

@@ -144,9 +144,10 @@ export type UploadOptions = Message<"testament.ingest.v1.UploadOptions"> & {
   principalRef?: string | undefined;
 
   /**
-   * The declared body size (HTTP Content-Length). Required when a body cap is
-   * configured: absent -> 411 `length_required`; above the cap -> 413
-   * `body_too_large`. The service also enforces the cap on the bytes received.
+   * The declared body size (HTTP Content-Length), informational: the gateway
+   * answers 411 `length_required` itself when a body cap is configured and the
+   * HTTP request has none, and 413 `body_too_large` above the cap. The service
+   * enforces the cap on the bytes received, whatever this field says.
    *
    * @generated from field: optional int64 expected_size = 11;
    */
@@ -1035,8 +1036,9 @@ export const IngestService: GenService<{
    * order (the gateway special-cases this route: the octet-stream body becomes
    * chunks). Idempotent by SHA-256 of the bytes, or by the source_kind/ref pair
    * when given (see UploadOptions). Returns the version in force.
-   * Errors: 411 `length_required` (no Content-Length / expected_size while a
-   * body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
+   * Errors: 411 `length_required` (HTTP only: the gateway answers it, before
+   * any RPC, to a body without Content-Length while a body cap is set; over
+   * gRPC the cap is enforced on the bytes received); 413 `body_too_large` (over
    * TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
    * `source_forgotten` (hard-forgotten bytes or pair; permanent;
    * FAILED_PRECONDITION);
