@@ -22,9 +22,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from services.platform.errors import FieldViolation, ValidationFailed
-from services.platform.values import UUID_MESSAGE
 
 _validator = protovalidate.Validator()
+# pydantic's words for a malformed UUID, as RememberStack's routes answer them.
+UUID_MESSAGE = ("Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` "
+                "followed by [0-9a-fA-F-], found `x` at 1")
 _INTEGERS = ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32",
              "sfixed64")
 
@@ -85,22 +87,22 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
     if rule == "string.max_len":
         n = rules.string.max_len
         return FieldViolation(dotted, f"String should have at most {_plural(n, 'character')}", "string_too_long",
-                              value, {"max_length": n})
+                              len(value), {"max_length": n})  # its length: the text itself can be long
     if rule == "string.pattern":
         pattern = rules.string.pattern
         return FieldViolation(dotted, f"String should match pattern '{pattern}'", "string_pattern_mismatch", value,
                               {"pattern": pattern})
     if rule in ("repeated.min_items", "repeated.max_items"):
-        items = list(_value(message, names))
+        count = len(_value(message, names))  # the input echoed is its length: a list can be long
         if rule == "repeated.min_items":
             n = rules.repeated.min_items
             return FieldViolation(dotted, f"List should have at least {_plural(n, 'item')} after validation, "
-                                  f"not {len(items)}", "too_short", items,
-                                  {"field_type": "List", "min_length": n, "actual_length": len(items)})
+                                  f"not {count}", "too_short", count,
+                                  {"field_type": "List", "min_length": n, "actual_length": count})
         n = rules.repeated.max_items
         return FieldViolation(dotted, f"List should have at most {_plural(n, 'item')} after validation, "
-                              f"not {len(items)}", "too_long", items,
-                              {"field_type": "List", "max_length": n, "actual_length": len(items)})
+                              f"not {count}", "too_long", count,
+                              {"field_type": "List", "max_length": n, "actual_length": count})
     if rule.startswith("enum.") and field is not None and field.enum_type is not None:
         allowed = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
         return FieldViolation(dotted, f"Input should be one of {allowed}", "enum", value)
@@ -140,11 +142,25 @@ def _merged(message: Message, rules: list[FieldViolation], more: list[FieldViola
     return [*rules[:cut], *more, *rules[cut:]]
 
 
+# A refusal travels in the status trailer, which gRPC caps at 8 KiB: a refused text (a
+# malformed id of any size) is echoed by its head, and at most MAX_VIOLATIONS are listed
+# (1,000 malformed ids are named by their first few, not by a 429 for an oversized trailer).
+ECHO_MAX_CHARS = 100
+MAX_VIOLATIONS = 10
+
+
+def _echoed(problem: FieldViolation) -> FieldViolation:
+    if isinstance(problem.input, str) and len(problem.input) > ECHO_MAX_CHARS:
+        return FieldViolation(problem.field, problem.message, problem.type, problem.input[:ECHO_MAX_CHARS] + "…",
+                              problem.ctx)
+    return problem
+
+
 def check(message: Message) -> None:
     """Raise :class:`ValidationFailed` naming every field of ``message`` that breaks its rules."""
     found = _validator.collect_violations(message)
     if found:
-        problems = [violation(message, v) for v in found]
+        problems = [_echoed(violation(message, v)) for v in found[:MAX_VIOLATIONS]]
         also = _ALSO.get(message.DESCRIPTOR.full_name)
         raise ValidationFailed(_merged(message, problems, also(message)) if also else problems)
 

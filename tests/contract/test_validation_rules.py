@@ -207,3 +207,18 @@ def test_each_rule_refuses_naming_the_field(case: Case) -> None:
     violation = next(v for v in refused.value.violations if v.field == case.field)
     assert violation.type != "value_error", f"{case.rule}: no pydantic type for it ({violation.message})"
     assert violation.message
+
+
+def test_a_refusal_stays_small_enough_for_the_status_trailer() -> None:
+    from testament.ingest.v1 import ingest_pb2
+
+    from services.platform.interceptors import validation_status
+    from services.platform.validation import MAX_VIOLATIONS
+
+    request = ingest_pb2.GetReadinessRequest(version_ids=["x" * 5000] * 1000)
+    with pytest.raises(ValidationFailed) as refused:
+        check(request)
+    assert len(refused.value.violations) == MAX_VIOLATIONS
+    assert refused.value.violations[0].field == "version_ids.0"
+    status = validation_status(refused.value.violations)
+    assert len(status.SerializeToString()) + len(status.message) < 8192  # the trailer and grpc-message
