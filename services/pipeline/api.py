@@ -244,24 +244,21 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
                     getattr(item, name).CopyFrom(timestamp(r[name]))
         return reply
 
-    async def ApplyMerge(self, request: pipeline_pb2.ApplyMergeRequest,
-                         context: grpc.aio.ServicerContext) -> pipeline_pb2.ApplyMergeResponse:
+    async def _merge_change(self, raw_id: str, change: Any, what: str) -> pipeline_pb2.MergeChange:
         caller = require_caller()
-        proposal = uuid.UUID(request.proposal_id)
+        proposal = uuid.UUID(raw_id)
         try:
-            change = await self.db.unit_of_work(lambda conn: merges.apply(conn, proposal, caller.space_id),
-                                                what="apply a merge")
+            done = await self.db.unit_of_work(lambda conn: change(conn, proposal, caller.space_id), what=what)
         except merges.MergeRefused as refused:
             raise _merge_refusal(refused) from None
-        return pipeline_pb2.ApplyMergeResponse(change=_merge_change(change))
+        return _merge_change(done)
+
+    async def ApplyMerge(self, request: pipeline_pb2.ApplyMergeRequest,
+                         context: grpc.aio.ServicerContext) -> pipeline_pb2.ApplyMergeResponse:
+        change = await self._merge_change(request.proposal_id, merges.apply, "apply a merge")
+        return pipeline_pb2.ApplyMergeResponse(change=change)
 
     async def RevertMerge(self, request: pipeline_pb2.RevertMergeRequest,
                           context: grpc.aio.ServicerContext) -> pipeline_pb2.RevertMergeResponse:
-        caller = require_caller()
-        proposal = uuid.UUID(request.proposal_id)
-        try:
-            change = await self.db.unit_of_work(lambda conn: merges.revert(conn, proposal, caller.space_id),
-                                                what="revert a merge")
-        except merges.MergeRefused as refused:
-            raise _merge_refusal(refused) from None
-        return pipeline_pb2.RevertMergeResponse(change=_merge_change(change))
+        change = await self._merge_change(request.proposal_id, merges.revert, "revert a merge")
+        return pipeline_pb2.RevertMergeResponse(change=change)

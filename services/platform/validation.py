@@ -74,6 +74,8 @@ def violation(message: Message, found: protovalidate.Violation) -> FieldViolatio
     names = [e.field_name for e in elements]
     dotted = ".".join(f"{e.field_name}.{e.index}" if e.HasField("index") else e.field_name for e in elements)
     field, rules = _rules(message, names)
+    if elements and elements[-1].HasField("index"):  # one item of a list: the items' rules
+        rules = rules.repeated.items
     value = found.field_value
     rule = proto.rule_id
     if rule == "required":

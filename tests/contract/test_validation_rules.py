@@ -104,6 +104,7 @@ class Case:
     request: type[Message]
     path: tuple[str, ...]  # how to reach the message holding the field
     breaker: Callable[[Message], None]
+    bound: int | None  # the rule's number, which the refusal's message must state
 
     def build(self) -> Message:
         request = self.request()
@@ -115,62 +116,63 @@ class Case:
         return request
 
 
-def _breakers(field: FieldDescriptor) -> Iterator[tuple[str, str, Callable[[Message], None]]]:
-    """(rule, violation field suffix, a function breaking that rule) for each rule of ``field``."""
+def _breakers(field: FieldDescriptor) -> Iterator[tuple[str, str, Callable[[Message], None], int | None]]:
+    """(rule, violation field suffix, a function breaking that rule, the rule's number if it
+    has one) for each rule of ``field``."""
     rules = _rules(field)
     name = field.name
     if rules.required:
-        yield "required", name, lambda m: m.ClearField(name)
+        yield "required", name, lambda m: m.ClearField(name), None
     if field.is_repeated:
         rep = rules.repeated
         if rep.HasField("max_items"):
             yield "repeated.max_items", name, lambda m: getattr(m, name).extend(
-                [getattr(m, name)[0]] * (rep.max_items + 1 - len(getattr(m, name))))
+                [getattr(m, name)[0]] * (rep.max_items + 1 - len(getattr(m, name)))), rep.max_items
         if rep.HasField("min_items") and rep.min_items > 0:
-            yield "repeated.min_items", name, lambda m: m.ClearField(name)
+            yield "repeated.min_items", name, lambda m: m.ClearField(name), rep.min_items
         items = rep.items
         if items.string.uuid:
             def bad_item(m: Message) -> None:
                 getattr(m, name)[0] = "not-a-uuid"
-            yield "items.string.uuid", f"{name}.0", bad_item
+            yield "items.string.uuid", f"{name}.0", bad_item, None
         if items.string.HasField("max_len"):
             def long_item(m: Message) -> None:
                 getattr(m, name)[0] = "a" * (items.string.max_len + 1)
-            yield "items.string.max_len", f"{name}.0", long_item
+            yield "items.string.max_len", f"{name}.0", long_item, items.string.max_len
         if items.string.HasField("min_len") and items.string.min_len > 0:
             def short_item(m: Message) -> None:
                 getattr(m, name)[0] = "a" * (items.string.min_len - 1)
-            yield "items.string.min_len", f"{name}.0", short_item
+            yield "items.string.min_len", f"{name}.0", short_item, items.string.min_len
         return
     kind = rules.WhichOneof("type")
     if kind == "string":
         string = rules.string
         if string.uuid:
-            yield "string.uuid", name, lambda m: setattr(m, name, "not-a-uuid")
+            yield "string.uuid", name, lambda m: setattr(m, name, "not-a-uuid"), None
         if string.HasField("max_len"):
-            yield "string.max_len", name, lambda m: setattr(m, name, "a" * (string.max_len + 1))
+            yield "string.max_len", name, lambda m: setattr(m, name, "a" * (string.max_len + 1)), string.max_len
         if string.HasField("min_len") and string.min_len > 0:
-            yield "string.min_len", name, lambda m: setattr(m, name, "a" * (string.min_len - 1))
+            yield "string.min_len", name, lambda m: setattr(m, name, "a" * (string.min_len - 1)), string.min_len
         if string.pattern:
-            yield "string.pattern", name, lambda m: setattr(m, name, "\u00e9 not it")
+            yield "string.pattern", name, lambda m: setattr(m, name, "\u00e9 not it"), None
     elif kind in ("int32", "int64"):
         typed = getattr(rules, kind)
         if typed.HasField("gte"):
-            yield f"{kind}.gte", name, lambda m: setattr(m, name, typed.gte - 1)
+            yield f"{kind}.gte", name, lambda m: setattr(m, name, typed.gte - 1), typed.gte
         if typed.HasField("lte"):
-            yield f"{kind}.lte", name, lambda m: setattr(m, name, typed.lte + 1)
+            yield f"{kind}.lte", name, lambda m: setattr(m, name, typed.lte + 1), typed.lte
     elif kind == "enum":
         if rules.enum.defined_only:
-            yield "enum.defined_only", name, lambda m: setattr(m, name, 9999)
+            yield "enum.defined_only", name, lambda m: setattr(m, name, 9999), None
         if 0 in rules.enum.not_in:
-            yield "enum.not_in", name, lambda m: setattr(m, name, 0)
+            yield "enum.not_in", name, lambda m: setattr(m, name, 0), None
 
 
 def _walk(rpc: str, request: type[Message], descriptor: Descriptor, path: tuple[str, ...],
           prefix: str) -> Iterator[Case]:
     for field in descriptor.fields:
-        for rule, suffix, breaker in _breakers(field):
-            yield Case(rpc, rule, prefix + suffix, request, path, breaker)
+        for rule, suffix, breaker, bound in _breakers(field):
+            yield Case(rpc, rule, prefix + suffix, request, path, breaker, bound)
         if field.message_type is not None and not field.is_repeated and _has_rules(field.message_type):
             yield from _walk(rpc, request, field.message_type, (*path, field.name), f"{prefix}{field.name}.")
 
@@ -207,6 +209,8 @@ def test_each_rule_refuses_naming_the_field(case: Case) -> None:
     violation = next(v for v in refused.value.violations if v.field == case.field)
     assert violation.type != "value_error", f"{case.rule}: no pydantic type for it ({violation.message})"
     assert violation.message
+    if case.bound is not None:
+        assert str(case.bound) in violation.message, (case.rule, violation.message)
 
 
 def test_a_refusal_stays_small_enough_for_the_status_trailer() -> None:

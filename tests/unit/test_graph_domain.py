@@ -70,6 +70,10 @@ def test_every_bad_field_is_listed_at_once() -> None:
         ("entity_id", "uuid_parsing"), ("hops", "less_than_equal"), ("predicates.1", "string_too_short"),
         ("predicates.2", "string_too_long"), ("limit", "greater_than_equal"), ("continuation", "string_too_long"),
     ]
+    with pytest.raises(ValidationFailed) as caught:
+        check(graph_pb2.NeighborhoodRequest(entity_id=str(E[0]), predicates=["ok", "", "x" * 201]))
+    assert [v.message for v in caught.value.violations] == [
+        "String should have at least 1 character", "String should have at most 200 characters"]
 
 
 def test_missing_ids_are_missing_fields() -> None:
