@@ -52,7 +52,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """PERMISSION_DENIED / 403. The credential's scope does not cover the RPC."""
     ERROR_REASON_VALIDATION_FAILED: _ErrorReason.ValueType  # 4
     """INVALID_ARGUMENT / 422. Request fields were refused; google.rpc.BadRequest
-    lists each one (field, message, type).
+    lists each one (field, message, type), at most 10. The fields' buf.validate
+    rules are checked before any RPC runs; a service adds its own checks.
     """
     ERROR_REASON_DEADLINE_EXCEEDED: _ErrorReason.ValueType  # 5
     """DEADLINE_EXCEEDED / 504. The caller's deadline (or the server's default)
@@ -245,7 +246,8 @@ ERROR_REASON_SCOPE_TOO_NARROW: ErrorReason.ValueType  # 3
 """PERMISSION_DENIED / 403. The credential's scope does not cover the RPC."""
 ERROR_REASON_VALIDATION_FAILED: ErrorReason.ValueType  # 4
 """INVALID_ARGUMENT / 422. Request fields were refused; google.rpc.BadRequest
-lists each one (field, message, type).
+lists each one (field, message, type), at most 10. The fields' buf.validate
+rules are checked before any RPC runs; a service adds its own checks.
 """
 ERROR_REASON_DEADLINE_EXCEEDED: ErrorReason.ValueType  # 5
 """DEADLINE_EXCEEDED / 504. The caller's deadline (or the server's default)

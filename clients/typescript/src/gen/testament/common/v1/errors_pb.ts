@@ -65,7 +65,8 @@ export enum ErrorReason {
 
   /**
    * INVALID_ARGUMENT / 422. Request fields were refused; google.rpc.BadRequest
-   * lists each one (field, message, type).
+   * lists each one (field, message, type), at most 10. The fields' buf.validate
+   * rules are checked before any RPC runs; a service adds its own checks.
    *
    * @generated from enum value: ERROR_REASON_VALIDATION_FAILED = 4;
    */
