@@ -64,6 +64,7 @@ class Scenario:
     documents: list[tuple[dt.datetime, str]] = field(default_factory=list)
     facts: list[ExpectedFact] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
+    batch: int = 1  # a "# ---- batch N" comment line starts batch N
 
     @property
     def sentences(self) -> int:
@@ -82,6 +83,7 @@ def load_corpus(path: Path = CORPUS) -> list[Scenario]:
     current: Scenario | None = None
     buffer: list[str] = []
     said_on: dt.datetime | None = None
+    batch = 1
 
     def flush() -> None:
         nonlocal buffer
@@ -90,10 +92,13 @@ def load_corpus(path: Path = CORPUS) -> list[Scenario]:
         buffer = []
 
     for raw in path.read_text(encoding="utf-8").splitlines():
-        if raw.startswith("=== scenario "):
+        batch_header = re.match(r"# ---- batch (\d+)", raw)
+        if raw.startswith("#") and section != "doc":
+            batch = int(batch_header.group(1)) if batch_header else batch  # comments outside documents
+        elif raw.startswith("=== scenario "):
             flush()
             ident, _, genre = raw[len("=== scenario "):].partition("|")
-            current = Scenario(ident.strip(), genre.strip())
+            current = Scenario(ident.strip(), genre.strip(), batch=batch)
             scenarios.append(current)
             section = None
         elif raw.startswith("--- "):

@@ -38,15 +38,23 @@ async def test_scenario(scenario) -> None:
 HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 
 
-async def test_the_held_out_batch_scores_apart_and_does_not_regress() -> None:
-    """The held-out batch is not asserted scenario by scenario (that would make it a tuning set);
-    its totals must not fall below what the extractor scored when the batch was last looked at."""
-    assert len(HELDOUT_SCENARIOS) >= 20
+# F1 and windows floors per held-out group: what the extractor scored when the group was
+# last looked at (batch 3 when it was written, before any change for it).
+HELDOUT_FLOORS = {"batches 1-2": (0.8, 0.8), "batch 3": (0.65, 0.65)}
+
+
+@pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
+async def test_the_held_out_batches_score_apart_and_do_not_regress(group: str) -> None:
+    """The held-out batches are not asserted scenario by scenario (that would make them a tuning
+    set); their totals must not fall below what the extractor scored when last looked at."""
     assert not {s.id for s in HELDOUT_SCENARIOS} & {s.id for s in SCENARIOS}
+    scenarios = [s for s in HELDOUT_SCENARIOS if (s.batch >= 3) == (group == "batch 3")]
+    assert len(scenarios) >= 20
     total = Score()
-    for scenario in HELDOUT_SCENARIOS:
+    for scenario in scenarios:
         total.add(score(scenario, await run_scenario(parse_extractor(), scenario)))
-    assert total.f1 >= 0.8 and total.windows >= 0.8, (total.f1, total.windows, total.failures)
+    f1, windows = HELDOUT_FLOORS[group]
+    assert total.f1 >= f1 and total.windows >= windows, (total.f1, total.windows, total.failures)
 
 
 def _orders(count: int, seed: str) -> list[tuple[int, ...]]:
