@@ -212,6 +212,27 @@ async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db:
     assert all(p == partitions[0] for p in partitions), partitions
 
 
+async def test_a_first_name_never_bridges_two_full_names_and_a_word_is_not_a_thing_named_after_it(
+        db: Database) -> None:
+    """Whatever order they arrive in: "Ravi Patel" never joins the entity that "Ravi Shankar"
+    holds (through a bare "Ravi" it absorbed), a bare "Ravi" that fits both full names joins
+    neither, "Helios" is not "Helios roadmap", and "Atlas" is "Atlas service"."""
+    import itertools
+
+    names = ["Ravi Shankar", "Ravi Patel", "Ravi"]
+    for order in itertools.permutations(names):
+        async with db.transaction() as conn:
+            s = await new_space(conn)
+            resolved = {}
+            for name in (*order, "Helios", "Helios roadmap", "Atlas service", "Atlas"):
+                resolved[name] = (await mention(conn, s, name, cache={}))[0]
+            assert resolved["Ravi Shankar"] != resolved["Ravi Patel"], order
+            if order[-1] == "Ravi":
+                assert resolved["Ravi"] not in (resolved["Ravi Shankar"], resolved["Ravi Patel"]), order
+            assert resolved["Helios"] != resolved["Helios roadmap"]
+            assert resolved["Atlas"] == resolved["Atlas service"]
+
+
 # --- proposals, apply, revert -----------------------------------------------------------------
 
 
