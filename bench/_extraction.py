@@ -165,8 +165,8 @@ class Memory:
             first = key.split()[0] if key else key
             if " " not in key:
                 matches = {v[0] for k, v in self.entities.items()
-                           if k.split()[0] == key and (" " not in k or proper_name(v[1]))}
-            elif proper_name(surface):
+                           if k.split()[0] == key and (" " not in k or proper_name(v[1]) or surface.islower())}
+            elif proper_name(surface) or first in self.entities and self.entities[first][1].islower():
                 matches = {v[0] for k, v in self.entities.items() if k == first
                            and all(compatible(key, other) for other, (e, _) in self.entities.items()
                                    if e == v[0] and " " in other)}

@@ -103,9 +103,10 @@ def proper_name(surface: str) -> bool:
 def compatible(mention: str, alias: str, *, mention_surface: str | None = None,
                alias_surface: str | None = None) -> bool:
     """Can these two names refer to one referent? "Ravi" ~ "Ravi Shankar" ~ "Ravi S." ~
-    "Ravi Shanker"; "Dana Kim" is not "Dana Lee". A single word is the first name of a longer
-    name only when the longer one, as written (when known), is a proper name: "Helios" is not
-    "Helios roadmap"."""
+    "Ravi Shanker"; "Dana Kim" is not "Dana Lee". A name of its own stands for a longer name
+    only when the longer one, as written (when known), is a proper name: "Helios" is not
+    "Helios roadmap"; a common word may be short for the name it starts ("billing" for
+    "billing migration")."""
     m, a = mention.split(), alias.split()
     if not m or not a:
         return False
@@ -117,8 +118,8 @@ def compatible(mention: str, alias: str, *, mention_surface: str | None = None,
     one, many = (m, a) if len(m) == 1 else (a, m)
     if len(many) == 1:
         return _token_compatible(one[0], many[0])
-    written = alias_surface if len(m) == 1 else mention_surface
-    if written is not None and not proper_name(written):
+    written, word = (alias_surface, mention_surface) if len(m) == 1 else (mention_surface, alias_surface)
+    if written is not None and not proper_name(written) and not (word is not None and word.islower()):
         return False
     return _token_compatible(one[0], many[0])  # a single name matches the first name of a full one
 

@@ -31,7 +31,7 @@ __all__ = ["Reading", "read"]
 
 @dataclass(frozen=True)
 class Reading:
-    kind: str  # relation | attribute | statement | reported | plan | nonfact
+    kind: str  # relation | attribute | statement | reported | plan | nonfact | succession (a role not named)
     subject: str | None = None
     predicate: str | None = None
     object: str | None = None
@@ -654,15 +654,16 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             return _rel(subjects, held_as, _np_text(c.objects[0]), "end", text)
         return _rel([_np_text(target)], held_as, _np_text(c.objects[0]), succession, text,
                     previous_holder=subjects[0] if subjects else None)
-    if base in _SUCCEED and c.objects and not c.passive:
-        if as_role is None:
+    if base in _SUCCEED and (c.objects and not c.passive or c.passive and c.agent is not None):
+        successors, predecessor = (subjects, _np_text(c.objects[0])) if not c.passive else (
+            [_np_text(c.agent)], subjects[0] if subjects else None)
+        if as_role is not None:
+            return _rel(successors, as_role[0], as_role[1], succession, text, previous_holder=predecessor)
+        if not successors or not predecessor:
             return None
-        return _rel(subjects, as_role[0], as_role[1], succession, text, previous_holder=_np_text(c.objects[0]))
-    if base in _SUCCEED and c.passive and c.agent is not None:
-        if as_role is None:
-            return None
-        return _rel([_np_text(c.agent)], as_role[0], as_role[1], succession, text, previous_holder=subjects[0]
-                    if subjects else None)
+        # "He succeeds Paula Greco": the role is the one the successor holds (read by the normaliser)
+        return [Reading("succession", subject=successors[0], change=succession, previous_holder=predecessor,
+                        label=text)]
     if base in _BECOME:
         role = (_role(c.attr) or _role(c.oprd) or as_role or _role(to) or _role(c.xcomp)
                 or _role(c.objects[0] if c.objects else None))
