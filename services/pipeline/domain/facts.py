@@ -363,7 +363,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
                 previous = clean_surface(r.previous) if r.previous else None
                 drafts.extend(relation_drafts(subject, r.predicate or "", obj, r.change, previous=previous,
-                                              previous_holder=r.previous_holder, extra=extra))
+                                              previous_holder=r.previous_holder, extra=extra,
+                                              dated=claim.valid_from is not None))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
             value = r.value
@@ -438,12 +439,14 @@ def statement_label_features(text: str, anchor: str) -> dict[str, object]:
 
 
 def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, previous: str | None = None,
-                    previous_holder: str | None = None, extra: dict[str, object] | None = None
-                    ) -> list[AssertionDraft]:
+                    previous_holder: str | None = None, extra: dict[str, object] | None = None,
+                    dated: bool = False) -> list[AssertionDraft]:
     """The drafts one relation reading makes, whichever provider read it: the relation with its
     change kind ("end" is a negation that ``ends`` the fact), and for a succession what held
     until then: "from Frankfurt to Dublin" (the previous object) and "took over from Lena" (the
-    previous holder), each a fact that ends at the claim's time (``until_claim``)."""
+    previous holder), each a fact that ends at the claim's time (``until_claim``). An end the
+    claim dates (``dated``: "is leaving Finch Analytics on 4 December") also says the relation
+    held until then, so the fact is there whether or not another document stated it."""
     extra = dict(extra or {})
     features = dict(extra)
     if change == "end":
@@ -460,6 +463,9 @@ def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, prev
             subject):
         # "Oren handed the restore drill over to Mateo": Oren held it until then
         drafts.append(AssertionDraft("relation", holder, predicate=predicate, object=obj,
+                                     features={**extra, "until_claim": True}))
+    if change == "end" and dated:
+        drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
                                      features={**extra, "until_claim": True}))
     drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
                                  change_kind=_CHANGE[change], previous_object=previous, features=features))
