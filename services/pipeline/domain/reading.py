@@ -131,7 +131,14 @@ evening afternoon night now then time moment end beginning start""".split())
 
 # ------------------------------------------------------------------------- noun phrases
 
+# a word with a number fused to it ("Lead0", "Person12") is a name even when the small model
+# tags it DATE; quarters and fiscal years ("Q3", "FY2026") have no lowercase run
+_NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
+
+
 def _is_time(token: Any) -> bool:
+    if _NUMBERED_NAME.match(token.text):
+        return False
     return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
 
 
