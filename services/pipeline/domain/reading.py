@@ -158,6 +158,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         for sibling in token.head.children:
             if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
                 out.extend(sibling.subtree)
+            # "owns the team offsite budget" parsed with "offsite" a conjunct of the verb: a
+            # conjunct noun right after the object with no coordinator between continues it
+            if sibling.dep_ == "conj" and sibling.pos_ in ("NOUN", "PROPN") and sibling.left_edge.i == \
+                    token.right_edge.i + 1 and not any(c.dep_ == "cc" for c in token.head.children):
+                out.extend(sibling.subtree)
     for child in token.children:
         if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i:
             objects = [c for c in child.children if c.dep_ == "pobj"]
@@ -441,6 +446,12 @@ def read(text: str) -> list[Reading]:
                   and not any(m.dep_ == "mark" and m.lower_ in ("if", "unless", "when", "once", "until", "before",
                                                                   "after", "because", "although", "though")
                               for m in c.children)]
+        # "Eva owns the budget, so Eva will check": the small parser hangs the first clause under
+        # the second as its complement; before a verb that does not report or think, it is a
+        # clause of its own
+        heads += [c for c in root.children if c.dep_ == "ccomp" and c.i < root.i and c.pos_ == "VERB"
+                  and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
+                  and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
         for token in sentence:

@@ -223,3 +223,13 @@ def test_a_dated_end_holds_the_relation_until_then() -> None:
     assert end.features.get("ends") is True
     (undated,), _ = drafts("Lukas Meyer left Acme Corp.")  # no date: an end only
     assert undated.features.get("ends") is True
+
+
+def test_a_fronted_clause_before_so_is_a_clause_of_its_own_but_not_before_a_verb_of_saying() -> None:
+    relations = [r for r in read("Eva owns the offsite budget, so Eva will check.") if r.kind == "relation"]
+    assert [(r.subject, r.predicate, r.object) for r in relations] == [("Eva", "other:owns", "offsite budget")]
+    # and "offsite" taken for a verb conjoined to "owns" still belongs to the object
+    (owns,) = [r for r in read("Eva owns the team offsite budget, so Eva will check.") if r.kind == "relation"]
+    assert owns.object == "team offsite budget"
+    for text in ("Ravi owns the exporter, Dana thinks.", "Ravi owns the exporter, Dana said."):
+        assert not [r for r in read(text) if r.kind == "relation"], text
