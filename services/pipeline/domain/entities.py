@@ -194,6 +194,10 @@ def choose(mention: str, candidates: Sequence[Candidate], surface: str | None = 
     if len(mention.split()) == 1 and len({c.entity_id for c in usable}) > 1 and usable[0].tier != "T3":
         named = [c for c in usable if c.in_document]
         if len({c.entity_id for c in named}) != 1:
+            # the bare name met before, itself left unresolved: the same mention again
+            named = [c for c in usable if c.alias == mention and c.surfaces
+                     and all(len(other.split()) == 1 for other in c.surfaces)]
+        if len({c.entity_id for c in named}) != 1:
             return ResolutionVerdict(None, "new", 1.0, {"candidates": scores, "undecided": "first_name",
                                                         "ambiguous_with": sorted(str(c.entity_id) for c in usable)})
         ordered = named

@@ -229,6 +229,8 @@ async def test_a_first_name_never_bridges_two_full_names_and_a_word_is_not_a_thi
             assert resolved["Ravi Shankar"] != resolved["Ravi Patel"], order
             if order[-1] == "Ravi":
                 assert resolved["Ravi"] not in (resolved["Ravi Shankar"], resolved["Ravi Patel"]), order
+                # met again in another document, it is that same unresolved "Ravi"
+                assert (await mention(conn, s, "Ravi", cache={}))[0] == resolved["Ravi"]
             assert resolved["Helios"] != resolved["Helios roadmap"]
             assert resolved["Atlas"] == resolved["Atlas service"]
 

@@ -35,9 +35,9 @@ async def test_scenario(scenario) -> None:
 HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 
 
-# F1 and windows floors per held-out group: what the extractor scored when the group was
-# last looked at (batch 3 when it was written, before any change for it).
-HELDOUT_FLOORS = {"batches 1-2": (0.8, 0.8), "batch 3": (0.65, 0.65)}
+# F1 and windows floors per held-out group, a little under what the extractor scores now
+# (batch 3 scored F1 0.70 / windows 0.69 when it was written, before any change for it).
+HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.75, 0.75)}
 
 
 @pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
