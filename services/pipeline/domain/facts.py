@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.pipeline.domain.entities import compatible
 from services.platform.text import fold, normalize_name
 
 CORE_PREDICATES = (
@@ -227,7 +228,8 @@ def normalize_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(
 
 class RelationProvider(Protocol):
     """Turns a version's claims (in document order) into assertion drafts. ``known_aliases``
-    are the normalised names the memory already holds."""
+    are normalised names to anchor on besides the document's own; the pipeline passes none,
+    so what a document yields does not depend on what the memory held when it was read."""
 
     name: str
     version: str
@@ -478,8 +480,6 @@ def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
     """"He succeeds Paula Greco" with no role named: Paula held each functional role the
     successor holds in the same document, until the claim's date, else the successor's start,
     else the day it was said."""
-    from services.pipeline.domain.entities import compatible
-
     predecessor = clean_surface(predecessor)
     key = normalize_name(clean_surface(successor))
     if not key or not is_entity_name(predecessor):
@@ -489,11 +489,11 @@ def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
         if not compatible(key, holder):
             continue
         for predicate, obj, start in held:
-            until = claim.valid_from or start or claim.asserted_at
             if normalize_name(obj) == normalize_name(predecessor):
                 continue
             features: dict[str, object] = {**(extra or {}), "until_claim": True}
-            if claim.valid_from is None and until is not None:
+            until = start or claim.asserted_at
+            if claim.valid_from is None and until is not None:  # else the claim's own date ends it
                 features["until"] = _floor(until, "day").isoformat()
             drafts.append(AssertionDraft("relation", predecessor, predicate=predicate, object=obj, features=features))
     return drafts
