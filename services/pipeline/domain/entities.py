@@ -108,8 +108,8 @@ def compatible(mention: str, alias: str, *, mention_surface: str | None = None,
     "Helios roadmap"; a common word may be short for the name it starts ("billing" for
     "billing migration")."""
     m, a = mention.split(), alias.split()
-    if not m or not a:
-        return False
+    if not m or not a or _DIGITS.findall(mention) != _DIGITS.findall(alias):
+        return False  # "exporter module" is not "exporter module 9", nor "module 1" "module 12"
     if len(m) > 1 and len(a) > 1:
         if len(m) != len(a):
             short, long_ = (m, a) if len(m) < len(a) else (a, m)
