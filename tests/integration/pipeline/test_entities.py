@@ -196,9 +196,10 @@ async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db:
     and "service 12" are different referents (a number is not a misspelling or an initial), so
     each order of first mentions leaves the same entities; before, whichever name came first
     absorbed the others it looked like, and the facts of the bench corpus differed by order."""
-    names = ["Person1", "Person12", "Person2", "Lead3", "Lead4", "service 1", "service 12", "service 13"]
+    names = ["Person1", "Person12", "Person2", "Lead3", "Lead4", "service 1", "service 12", "service 13",
+             "exporter module", "exporter module 9"]
     orders = [names, list(reversed(names)), ["service 12", "service 13", "service 1", "Person12", "Person1",
-                                             "Lead4", "Person2", "Lead3"]]
+                                             "exporter module 9", "Lead4", "Person2", "exporter module", "Lead3"]]
     partitions = []
     for order in orders:
         async with db.transaction() as conn:
