@@ -191,9 +191,10 @@ async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db:
     and "service 12" are different referents (a number is not a misspelling or an initial), so
     each order of first mentions leaves the same entities; before, whichever name came first
     absorbed the others it looked like, and the facts of the bench corpus differed by order."""
-    names = ["Person1", "Person12", "Person2", "Lead3", "Lead4", "service 1", "service 12", "service 13"]
+    names = ["Person1", "Person12", "Person2", "Lead3", "Lead4", "service 1", "service 12", "service 13",
+             "exporter module", "exporter module 9"]
     orders = [names, list(reversed(names)), ["service 12", "service 13", "service 1", "Person12", "Person1",
-                                             "Lead4", "Person2", "Lead3"]]
+                                             "exporter module 9", "Lead4", "Person2", "exporter module", "Lead3"]]
     partitions = []
     for order in orders:
         async with db.transaction() as conn:
@@ -205,6 +206,29 @@ async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db:
             partitions.append(sorted(sorted(group) for group in names_of.values()))
     assert partitions[0] == [[name] for name in sorted(names)]
     assert all(p == partitions[0] for p in partitions), partitions
+
+
+async def test_a_first_name_never_bridges_two_full_names_and_a_word_is_not_a_thing_named_after_it(
+        db: Database) -> None:
+    """Whatever order they arrive in: "Ravi Patel" never joins the entity that "Ravi Shankar"
+    holds (through a bare "Ravi" it absorbed), a bare "Ravi" that fits both full names joins
+    neither, "Helios" is not "Helios roadmap", and "Atlas" is "Atlas service"."""
+    import itertools
+
+    names = ["Ravi Shankar", "Ravi Patel", "Ravi"]
+    for order in itertools.permutations(names):
+        async with db.transaction() as conn:
+            s = await new_space(conn)
+            resolved = {}
+            for name in (*order, "Helios", "Helios roadmap", "Atlas service", "Atlas"):
+                resolved[name] = (await mention(conn, s, name, cache={}))[0]
+            assert resolved["Ravi Shankar"] != resolved["Ravi Patel"], order
+            if order[-1] == "Ravi":
+                assert resolved["Ravi"] not in (resolved["Ravi Shankar"], resolved["Ravi Patel"]), order
+                # met again in another document, it is that same unresolved "Ravi"
+                assert (await mention(conn, s, "Ravi", cache={}))[0] == resolved["Ravi"]
+            assert resolved["Helios"] != resolved["Helios roadmap"]
+            assert resolved["Atlas"] == resolved["Atlas service"]
 
 
 # --- proposals, apply, revert -----------------------------------------------------------------
