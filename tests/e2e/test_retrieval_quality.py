@@ -109,7 +109,8 @@ def test_the_second_stage_scores_every_nominee_by_meaning_and_keeps_fusion_above
     # the second stage on, the replayed fusion still recalls at least its best single channel.
     dsn, sets, docs = ingested
     embedder = HashEmbeddings()
-    weights = dataclasses.replace(Retrieval(None, embedder, None).weights, dense=0.75, coverage=0.25)
+    # Shallow legs, so that BM25 nominates passages the dense leg did not.
+    weights = dataclasses.replace(Retrieval(None, embedder, None).weights, depth=10, dense=0.75, coverage=0.25)
 
     async def run() -> tuple[list[quality.Case], list[tuple[str, float]], Any]:
         db = await Database.connect(dsn, min_size=1, max_size=4)
