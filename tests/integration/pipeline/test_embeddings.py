@@ -354,13 +354,14 @@ async def test_minilm_concurrent_calls_share_forward_passes_and_keep_their_vecto
     import numpy as np
 
     batches: list[list[str]] = []
-    gate = threading.Event()
+    started, gate = threading.Event(), threading.Event()
 
     class Recording:
         dimension = 384
 
         def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
             batches.append(list(texts))
+            started.set()
             gate.wait(5)  # the first pass is slow: the others queue up meanwhile
             return np.asarray([HashEmbeddings(384).embed_one(t) for t in texts], dtype=np.float32)
 
@@ -368,8 +369,7 @@ async def test_minilm_concurrent_calls_share_forward_passes_and_keep_their_vecto
     monkeypatch.setattr(provider, "_load", Recording)
     calls = [[f"text {i} {j}" for j in range(3)] for i in range(6)]
     tasks = [asyncio.create_task(provider.embed(c)) for c in calls]
-    while not batches:
-        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(started.wait, 5)
     await asyncio.sleep(0.2)  # the other five calls are waiting for the one pass slot
     gate.set()
     results = await asyncio.gather(*tasks)
