@@ -235,7 +235,6 @@ class Case:
     question: Question
     candidates: EvidenceCandidates
     units: dict[uuid.UUID, list[str]]  # claim or chunk id -> its units
-    texts: dict[uuid.UUID, str] = dataclasses.field(default_factory=dict)  # claim or chunk id -> its text
 
 
 def ranked_units(case: Case, weights: FusionWeights) -> list[str]:
@@ -262,15 +261,13 @@ async def collect(retrieval: Any, caller: Any, questions: Sequence[Question],
             cands, claim_rows, chunk_rows, _ = await retrieval.evidence_candidates(conn, caller, q.text, vector,
                                                                                     None, candidate_k)
         mapped: dict[uuid.UUID, list[str]] = {}
-        texts = {cid: row["claim_text"] for cid, row in claim_rows.items()} | {
-            cid: row["chunk_text"] for cid, row in chunk_rows.items()}
         for cid, row in claim_rows.items():
             spans = [(s["char_start"], s["char_end"]) for s in row["evidence_spans"] or []] or \
                 [(row["char_start"], row["char_end"])]
             mapped[cid] = [u for a, b in spans for u in units.of_range(str(row["doc_id"]), a, b)]
         for cid, row in chunk_rows.items():
             mapped[cid] = units.of_range(str(row["doc_id"]), row["char_start"], row["char_end"])
-        cases.append(Case(q, cands, mapped, texts))
+        cases.append(Case(q, cands, mapped))
     return cases
 
 

@@ -475,11 +475,9 @@ class Retrieval:
               for kind in kinds),
             *(lambda c, kind=kind: self.legs.lexical(c, kind, caller, query, depth, filters=filters)
               for kind in kinds)])
-        scores: dict[str, dict[uuid.UUID, float]] = {}
         for n, kind in enumerate(kinds):
             semantic, lexical = found[n], found[len(kinds) + n]
             legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
-            scores[f"{kind}_semantic"], scores[f"{kind}_bm25"] = dict(semantic), dict(lexical)
             full = full or len(semantic) >= depth or len(lexical) >= depth
         claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
         claim_rows = await db.claims(conn, caller, claim_ids)
@@ -509,7 +507,7 @@ class Retrieval:
                          for cid, row in chunk_rows.items()}
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
                                         named=frozenset(named), dated=frozenset(dated),
-                                        temporal=is_temporal_question(query), scores=scores,
+                                        temporal=is_temporal_question(query),
                                         similarity=similarity, term_coverage=coverage)
         return candidates, claim_rows, chunk_rows, full
 

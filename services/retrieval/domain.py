@@ -304,8 +304,6 @@ class EvidenceCandidates:
     named: frozenset[uuid.UUID] = frozenset()  # claims and chunks that mention a named entity
     dated: frozenset[uuid.UUID] = frozenset()  # claims and chunks that carry a date or time
     temporal: bool = False  # the question asks when / how long
-    # "<kind>_<channel>" -> item -> the channel's own score (cosine similarity, BM25)
-    scores: Mapping[str, Mapping[uuid.UUID, float]] = field(default_factory=dict)
     # item -> cosine similarity to the question, and the share of its search terms the item holds
     similarity: Mapping[uuid.UUID, float] = field(default_factory=dict)
     term_coverage: Mapping[uuid.UUID, float] = field(default_factory=dict)
