@@ -362,8 +362,9 @@ class MiniLMEmbeddings:
                 encoder = BertEncoder(path)
                 # A forward pass gives up the GIL inside each matrix product and needs it back
                 # for the next step; with the default 5 ms switch interval a busy event loop
-                # (the pipeline's other stages) makes it wait that long each time, which
-                # measured 2.4x slower. A short interval hands it back at once.
+                # (the pipeline's other stages) makes it wait that long each time: with one
+                # busy Python thread beside it a pass ran 2.4x slower. A short interval hands
+                # it back at once.
                 sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
                 if encoder.dimension != self.dimension:
                     raise EmbeddingUnavailable(f"model at {path} produces {encoder.dimension}-d vectors, "
