@@ -187,7 +187,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
                 rows = await db.fetch(
                     """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.unit_key, w.attempts, w.error_class,
                               w.last_error, w.updated_at
-                         FROM work_units w JOIN document_versions v USING (version_id)
+                         FROM work_units w JOIN document_versions v USING (version_id, space_id)
                         WHERE w.status = 'dead_letter' ORDER BY w.updated_at DESC LIMIT $1""", args.limit)
                 total = await db.fetchval("SELECT count(*) FROM work_units WHERE status = 'dead_letter'")
                 return {"total": total, "items": [{k: (str(v) if isinstance(v, uuid.UUID | dt.datetime) else v)
