@@ -15,6 +15,7 @@ from services.ingest.app import Deletion, DocumentRow, Recorded
 from services.ingest.domain import IngestCommand, ListQuery, WorkState
 from services.platform import locks
 from services.platform.auth import Caller
+from services.platform.channels import service_channel
 from services.platform.db import Database
 from services.platform.errors import SCOPE_TOO_NARROW, PermissionDenied
 from services.platform.stages import COMPONENT_VERSION, FIRST_STAGE
@@ -270,7 +271,7 @@ class GrpcGraphHealth:
         self._cache_s = cache_s
         self._checked = -1e9
         self._value: tuple[bool, str] = (False, "graph_database_or_permission_failed")
-        self._channel = grpc.aio.insecure_channel(address) if address else None
+        self._channel = service_channel(address) if address else None
 
     async def check(self) -> tuple[bool, str]:
         now = time.monotonic()
