@@ -114,6 +114,19 @@ def test_production_runs_nothing_stateful_and_holds_no_secret() -> None:
     assert "testament-postgres" in by_kind(dev, "StatefulSet") and "testament-secrets" in by_kind(dev, "Secret")
 
 
+def test_production_registers_the_first_key_from_the_secret_once() -> None:
+    job = by_kind(render("production"), "Job")["testament-first-key"]["spec"]["template"]["spec"]
+    (init,), (ctr,) = job["initContainers"], job["containers"]
+    assert init["args"][:2] == ["migrate", "--check"]
+    cli_accepts(init["args"])
+    cli_accepts(ctr["args"])
+    assert {"--first", "--key-env"} <= set(ctr["args"])
+    var = ctr["args"][ctr["args"].index("--key-env") + 1]
+    (ref,) = [e["valueFrom"]["secretKeyRef"] for e in ctr["env"] if e["name"] == var]
+    assert ref == {"name": "testament-secrets", "key": "first-key"}
+    assert job["securityContext"]["runAsNonRoot"] is True and ctr["securityContext"]["readOnlyRootFilesystem"]
+
+
 def test_the_validator_does_refuse_a_bad_manifest() -> None:
     (dep, *_) = [d for d in render("dev") if d["kind"] == "Deployment"]
     dep["spec"]["replicas"] = "two"
