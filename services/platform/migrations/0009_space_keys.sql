@@ -17,9 +17,10 @@
 -- to every node. Tables keyed by space already (content_objects, bm25_postings, ...) and the
 -- global ones (schema_migrations, change_log_horizon) are untouched.
 --
--- It runs on a populated database in one transaction (the migration runner's): existing
--- rows already satisfy the composite keys, because no child row's space differs from its
--- parent's (tests/e2e/test_schema_distribution.py checks that on processed data).
+-- It runs on a populated database in one transaction (the migration runner's): every write
+-- path gives a child row its parent's space, so existing rows satisfy the composite keys;
+-- were one not to, its foreign key's validation fails and nothing is applied.
+-- (tests/e2e/test_schema_distribution.py migrates a processed two-space database.)
 
 -- A provider call outside any space's work could never be read by any caller (cost receipts
 -- are per space); the ledger no longer writes one, and space_id joins the key.
