@@ -5,6 +5,7 @@
     testament serve SERVICE                                 one service process
     testament health HOST:PORT [--service NAME]             grpc.health.v1 check (exit 0 when SERVING)
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
+                          [--first] [--key-env VAR]   --first: only if no key exists yet
     testament keys list [--space S] | revoke CREDENTIAL_ID_OR_PREFIX
     testament spaces create SLUG [--name N] | list
     testament ops dead-letters | replay WORK_ID | resume-no-route | inspect | reextract VERSION_ID | reembed
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -98,8 +100,15 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
     from services.platform.auth import Scope
-    from services.platform.credentials_pg import PgCredentials
+    from services.platform.credentials_pg import KeysExist, PgCredentials
     from services.platform.db import Database
+
+    given = None
+    if args.key_env:
+        given = os.environ.get(args.key_env, "").strip()
+        if not given:
+            print(f"testament: --key-env {args.key_env}: that variable is not set", file=sys.stderr)
+            return 1
 
     async def create() -> dict[str, object]:
         db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
@@ -110,18 +119,27 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
                 principals=args.principal,
                 trusted=args.trusted,
                 label=args.label,
+                key=given,
+                first=args.first,
             )
         finally:
             await db.close()
         return {
-            "key": key,
+            # a key the operator supplied is never echoed (it would end up in a log)
+            **({"key": key} if given is None else {"key_prefix": key[:8]}),
             "credential_id": str(caller.credential_id),
             "space_id": str(caller.space_id),
             "scope": args.scope,
             "principals": sorted(caller.principals) if caller.principals is not None else None,
         }
 
-    print(json.dumps(asyncio.run(create())))
+    try:
+        print(json.dumps(asyncio.run(create())))
+    except KeysExist as exc:
+        print(json.dumps({"issued": False, "reason": str(exc)}))
+    except ValueError as exc:
+        print(f"testament: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -262,6 +280,11 @@ def main(argv: list[str] | None = None) -> None:
     p_create.add_argument("--principal", action="append", default=[], help="repeatable")
     p_create.add_argument("--trusted", action="store_true", help="sees every document of the space")
     p_create.add_argument("--label", default="")
+    p_create.add_argument("--first", action="store_true",
+                          help="only if no key exists yet (else print that and exit 0): a first start's step")
+    p_create.add_argument("--key-env", metavar="VAR", default=None,
+                          help="register the key held in this environment variable (tsk_ + 32 or more URL-safe "
+                               "characters, e.g. from a Secret) instead of a new one; it is not printed")
     p_create.set_defaults(func=_cmd_keys_create)
     p_klist = keys_sub.add_parser("list", help="every key's prefix, space, scope and state (never the key)")
     p_klist.add_argument("--space", default=None, help="only this space slug")

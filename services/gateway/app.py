@@ -39,6 +39,7 @@ from services.gateway.transcoder import (
 from services.platform import telemetry
 from services.platform.auth import Scope as CredentialScope
 from services.platform.auth import allows
+from services.platform.channels import service_channel
 from services.platform.contract import method_scope
 from services.platform.errors import SCOPE_TOO_NARROW
 
@@ -133,10 +134,7 @@ class Upstreams:
     def __init__(self, addresses: Mapping[str, str], *, deadline_s: float) -> None:
         self.deadline_s = deadline_s
         self._channels = {
-            # round_robin: an address that resolves to several replicas (dns:/// of a headless
-            # Kubernetes Service) spreads calls over all of them, not one connection's pod
-            name: grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20),
-                                                           ("grpc.lb_policy_name", "round_robin")])
+            name: service_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
             for name, addr in addresses.items()
         }
 

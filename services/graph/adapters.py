@@ -36,8 +36,8 @@ def _visible_doc(alias: str, space: str, principals: str) -> str:
 def _supported(fact: str, space: str, principals: str) -> str:
     """The fact has a supporting claim that is current testimony from a visible document."""
     return f"""EXISTS (SELECT 1 FROM fact_evidence fe
-                  JOIN claims c ON c.claim_id = fe.claim_id
-                  JOIN documents d ON d.doc_id = c.doc_id
+                  JOIN claims c ON c.claim_id = fe.claim_id AND c.space_id = fe.space_id
+                  JOIN documents d ON d.doc_id = c.doc_id AND d.space_id = c.space_id
                  WHERE fe.fact_id = {fact}.fact_id AND fe.stance = 'supports' AND c.is_current_testimony
                    AND {_visible_doc('d', space, principals)})"""
 
@@ -76,7 +76,7 @@ def _relation_adjacency() -> str:
 
 
 _CITATION_ADJACENCY = f"""SELECT x.crossref_id AS edge, x.from_doc_id AS near, x.to_doc_id AS far
-      FROM document_crossrefs x JOIN documents d ON d.doc_id = x.to_doc_id
+      FROM document_crossrefs x JOIN documents d ON d.doc_id = x.to_doc_id AND d.space_id = x.space_id
      WHERE x.space_id = $1 AND x.from_doc_id = ANY (w.frontier) AND {_visible_doc('d', '$1', '$8')}
        AND NOT (SELECT v FROM late)"""
 
@@ -131,8 +131,8 @@ SELECT f.fact_id, f.subject_entity_id, f.object_entity_id, f.predicate, f.label,
 CONFIRM_CITATIONS = f"""
 SELECT x.crossref_id, x.from_doc_id, x.to_doc_id, x.kind, x.context
   FROM document_crossrefs x
-  JOIN documents a ON a.doc_id = x.from_doc_id
-  JOIN documents b ON b.doc_id = x.to_doc_id
+  JOIN documents a ON a.doc_id = x.from_doc_id AND a.space_id = x.space_id
+  JOIN documents b ON b.doc_id = x.to_doc_id AND b.space_id = x.space_id
  WHERE x.crossref_id = ANY ($2::uuid[]) AND x.space_id = $1
    AND {_visible_doc('a', '$1', '$3')} AND {_visible_doc('b', '$1', '$3')}"""
 
@@ -153,7 +153,7 @@ SELECT e.entity_id, e.canonical_name
                    AND f.invalidated_at IS NULL AND {_supported('f', '$2', '$3')})
      OR EXISTS (SELECT 1 FROM facts f WHERE f.space_id = $2 AND f.object_entity_id = e.entity_id
                    AND f.invalidated_at IS NULL AND {_supported('f', '$2', '$3')})
-     OR EXISTS (SELECT 1 FROM mentions m JOIN documents d ON d.doc_id = m.doc_id
+     OR EXISTS (SELECT 1 FROM mentions m JOIN documents d ON d.doc_id = m.doc_id AND d.space_id = m.space_id
                  WHERE m.resolved_entity_id = e.entity_id AND {_visible_doc('d', '$2', '$3')})
      OR EXISTS (SELECT 1 FROM facts f WHERE f.space_id = $2 AND f.invalidated_at IS NOT NULL
                    AND (f.subject_entity_id = e.entity_id OR f.object_entity_id = e.entity_id)

@@ -15,6 +15,7 @@ from services.ingest.app import Deletion, DocumentRow, Recorded
 from services.ingest.domain import IngestCommand, ListQuery, WorkState
 from services.platform import locks
 from services.platform.auth import Caller
+from services.platform.channels import service_channel
 from services.platform.db import Database
 from services.platform.errors import SCOPE_TOO_NARROW, PermissionDenied
 from services.platform.stages import COMPONENT_VERSION, FIRST_STAGE
@@ -58,7 +59,7 @@ async def retire_claims(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: u
     facts.update(r[0] for r in await conn.fetch(
         """SELECT DISTINCT e.fact_id FROM fact_evidence e
             WHERE e.doc_id = $1 AND NOT EXISTS (
-                  SELECT 1 FROM fact_evidence o JOIN documents d ON d.doc_id = o.doc_id
+                  SELECT 1 FROM fact_evidence o JOIN documents d ON d.doc_id = o.doc_id AND d.space_id = o.space_id
                    WHERE o.fact_id = e.fact_id AND o.stance = 'supports' AND d.deleted_at IS NULL)""", doc_id))
     relations, observations = await refresh_support(conn, space_id, sorted(facts), retract=True)
     return len(rows), relations, observations
@@ -82,7 +83,7 @@ class PgIngestRepository:
             await conn.execute(
                 """INSERT INTO documents (doc_id, space_id, source_kind, source_ref, identity_hash, title,
                                           versioning_mode, acl)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (doc_id) DO NOTHING""",
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (doc_id, space_id) DO NOTHING""",
                 doc_id, space, command.source_kind, command.source_ref, command.identity_hash(content_hash),
                 command.title, command.versioning_mode, list(command.acl),
             )
@@ -249,8 +250,8 @@ class PgIngestRepository:
             f"""SELECT w.version_id, w.stage, w.component_version, w.status, w.defer_reason, w.not_before,
                        w.finished_at
                   FROM work_units w
-                  JOIN document_versions v ON v.version_id = w.version_id
-                  JOIN documents d ON d.doc_id = v.doc_id
+                  JOIN document_versions v ON v.version_id = w.version_id AND v.space_id = w.space_id
+                  JOIN documents d ON d.doc_id = v.doc_id AND d.space_id = v.space_id
                  WHERE w.version_id = ANY($3::uuid[]) AND v.space_id = $1 AND {VISIBLE}""",
             caller.space_id, _principals(caller), list(version_ids),
         )
@@ -270,7 +271,7 @@ class GrpcGraphHealth:
         self._cache_s = cache_s
         self._checked = -1e9
         self._value: tuple[bool, str] = (False, "graph_database_or_permission_failed")
-        self._channel = grpc.aio.insecure_channel(address) if address else None
+        self._channel = service_channel(address) if address else None
 
     async def check(self) -> tuple[bool, str]:
         now = time.monotonic()

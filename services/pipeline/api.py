@@ -86,7 +86,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
         rows = await self.db.fetch(
             """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.component_version, w.attempts, w.last_error,
                       w.updated_at
-                 FROM work_units w JOIN document_versions v USING (version_id)
+                 FROM work_units w JOIN document_versions v USING (version_id, space_id)
                 WHERE w.space_id = $1 AND w.status = 'dead_letter'
                   AND ($2::text IS NULL OR w.stage = $2) AND ($3::uuid IS NULL OR w.version_id = $3)
                   AND ($4::timestamptz IS NULL OR (w.updated_at, w.work_id) < ($4, $5::uuid))

@@ -80,6 +80,10 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+def is_key_shaped(key: str) -> bool:
+    return bool(_KEY_RE.match(key))
+
+
 def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 

@@ -6,8 +6,12 @@ import re
 from typing import Any
 from uuid import UUID
 
-from services.platform.auth import Caller, CredentialLookup, Scope, hash_key, new_key
+from services.platform.auth import KEY_PREFIX, Caller, CredentialLookup, Scope, hash_key, is_key_shaped, new_key
 from services.platform.db import Database
+
+
+class KeysExist(Exception):  # noqa: N818 - a state, not a failure
+    """A first key was asked for, and the stack has one."""
 
 
 class PgCredentials(CredentialLookup):
@@ -44,26 +48,42 @@ class PgCredentials(CredentialLookup):
         principals: list[str] | None = None,
         trusted: bool = False,
         label: str = "",
+        key: str | None = None,
+        first: bool = False,
     ) -> tuple[str, Caller]:
-        """Issue a key; the clear key is returned once and never stored."""
+        """Issue a key; the clear key is returned once and never stored. ``key``: register
+        this key (one the operator generated) instead of a new one. ``first``: only when no
+        key exists yet (else KeysExist), atomic against a concurrent first issue."""
         if scope is Scope.NONE:
             raise ValueError("a key needs the read, ingest or write scope")
-        key = new_key()
-        row = await self._db.fetchrow(
-            """INSERT INTO credentials (space_id, key_hash, key_prefix, label, scope,
-                                         principals, trusted)
-               SELECT space_id, $2, $3, $4, $5, $6, $7 FROM spaces WHERE slug = $1
-               RETURNING credential_id, space_id""",
-            space_slug,
-            hash_key(key),
-            key[:8],
-            label,
-            scope.value,
-            principals or [],
-            trusted,
-        )
-        if row is None:
-            raise ValueError(f"no space with slug {space_slug!r}")
+        if key is not None and not (key.startswith(KEY_PREFIX) and len(key) >= len(KEY_PREFIX) + 32
+                                    and is_key_shaped(key)):
+            raise ValueError(f"a key must be {KEY_PREFIX} followed by at least 32 URL-safe characters")
+        key = key or new_key()
+        async with self._db.transaction() as conn:
+            if first:
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext('testament.first_key'))")
+                if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM credentials)"):
+                    raise KeysExist("a key exists already; none was issued")
+            row = await conn.fetchrow(
+                """INSERT INTO credentials (space_id, key_hash, key_prefix, label, scope,
+                                             principals, trusted)
+                   SELECT space_id, $2, $3, $4, $5, $6, $7 FROM spaces WHERE slug = $1
+                   ON CONFLICT (key_hash) DO NOTHING
+                   RETURNING credential_id, space_id""",
+                space_slug,
+                hash_key(key),
+                key[:8],
+                label,
+                scope.value,
+                principals or [],
+                trusted,
+            )
+            if row is None:
+                if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM credentials WHERE key_hash = $1)",
+                                       hash_key(key)):
+                    raise ValueError("that key is registered already")
+                raise ValueError(f"no space with slug {space_slug!r}")
         caller = Caller(
             row["space_id"],
             scope,

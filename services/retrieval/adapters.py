@@ -335,7 +335,7 @@ async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Seq
                SELECT e.fact_id, e.claim_id, e.stance,
                       row_number() OVER (PARTITION BY e.fact_id, e.stance
                                          ORDER BY c.asserted_at DESC NULLS LAST, c.claim_id) AS n
-                 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+                 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
                 WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony
                   AND {CLAIM_VISIBLE}) ranked
             WHERE n <= $4 ORDER BY fact_id, stance, n""",
@@ -345,7 +345,8 @@ async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Seq
 async def evidence_totals(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
                           ) -> dict[tuple[uuid.UUID, str], int]:
     rows = await conn.fetch(
-        f"""SELECT e.fact_id, e.stance, count(*) AS n FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
+        f"""SELECT e.fact_id, e.stance, count(*) AS n FROM fact_evidence e
+             JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
              WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony AND {CLAIM_VISIBLE}
              GROUP BY e.fact_id, e.stance""", caller.space_id, principals(caller), list(fact_ids))
     return {(r["fact_id"], r["stance"]): r["n"] for r in rows}
@@ -357,7 +358,7 @@ async def visible_evidence_counts(conn: asyncpg.Connection, caller: Caller, fact
     caller cannot see)."""
     rows = await conn.fetch(
         f"""SELECT e.fact_id, count(DISTINCT c.doc_id) AS n FROM fact_evidence e
-              JOIN claims c ON c.claim_id = e.claim_id
+              JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
              WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND e.stance = 'supports'
                AND c.is_current_testimony AND {CLAIM_VISIBLE}
              GROUP BY e.fact_id""", caller.space_id, principals(caller), list(fact_ids))
@@ -387,7 +388,7 @@ CLAIM_COLUMNS = """c.claim_id, c.doc_id, c.chunk_id, c.version_id, c.claim_text,
 async def claims(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUID], *,
                  current_only: bool = True) -> dict[uuid.UUID, asyncpg.Record]:
     rows = await conn.fetch(
-        f"""SELECT {CLAIM_COLUMNS} FROM claims c JOIN documents d ON d.doc_id = c.doc_id
+        f"""SELECT {CLAIM_COLUMNS} FROM claims c JOIN documents d ON d.doc_id = c.doc_id AND d.space_id = c.space_id
              WHERE c.space_id = $1 AND c.claim_id = ANY($3::uuid[]) AND {DOC_VISIBLE}
                AND ($4::boolean = false OR c.is_current_testimony)""",
         caller.space_id, principals(caller), list(ids), current_only)
@@ -403,9 +404,9 @@ async def chunks(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UU
                                                                                             asyncpg.Record]:
     rows = await conn.fetch(
         f"""SELECT {CHUNK_COLUMNS} FROM chunks c
-              JOIN documents d ON d.doc_id = c.doc_id
-              JOIN document_versions v ON v.version_id = c.version_id
-         LEFT JOIN sections s ON s.section_id = c.section_id
+              JOIN documents d ON d.doc_id = c.doc_id AND d.space_id = c.space_id
+              JOIN document_versions v ON v.version_id = c.version_id AND v.space_id = c.space_id
+         LEFT JOIN sections s ON s.section_id = c.section_id AND s.space_id = c.space_id
              WHERE c.space_id = $1 AND c.chunk_id = ANY($3::uuid[]) AND v.deleted_at IS NULL AND {DOC_VISIBLE}""",
         caller.space_id, principals(caller), list(ids))
     return {r["chunk_id"]: r for r in rows}
@@ -433,14 +434,15 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
     """T0 exact alias (every match, uncapped), else T1 trigram, else T2 phonetic; capped tiers
     report whether more candidates existed. Visible entities only."""
     rows = await conn.fetch(
-        f"""SELECT DISTINCT x.entity_id, x.canonical_name FROM entity_aliases a JOIN entities x USING (entity_id)
+        f"""SELECT DISTINCT x.entity_id, x.canonical_name FROM entity_aliases a
+             JOIN entities x USING (entity_id, space_id)
              WHERE a.space_id = $1 AND a.normalized_alias = $3 AND x.merged_into IS NULL AND {ENTITY_VISIBLE}
              ORDER BY x.canonical_name, x.entity_id""", caller.space_id, principals(caller), key)
     if rows:
         return "T0", list(rows), False
     rows = await conn.fetch(
         f"""SELECT x.entity_id, x.canonical_name, max(similarity(a.normalized_alias, $3)) AS score
-              FROM entity_aliases a JOIN entities x USING (entity_id)
+              FROM entity_aliases a JOIN entities x USING (entity_id, space_id)
              WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.normalized_alias % $3 AND {ENTITY_VISIBLE}
              GROUP BY x.entity_id, x.canonical_name ORDER BY score DESC, x.entity_id LIMIT $4""",
         caller.space_id, principals(caller), key, width + 1)
@@ -452,7 +454,7 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
         if codes:
             rows = await conn.fetch(
                 f"""SELECT DISTINCT x.entity_id, x.canonical_name
-                      FROM entity_aliases a JOIN entities x USING (entity_id)
+                      FROM entity_aliases a JOIN entities x USING (entity_id, space_id)
                      WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.phonetic && $3::text[] AND {ENTITY_VISIBLE}
                      ORDER BY x.entity_id LIMIT $4""", caller.space_id, principals(caller), list(codes), width + 1)
             if rows:
@@ -466,7 +468,7 @@ async def named_entities(conn: asyncpg.Connection, caller: Caller, keys: Sequenc
     if not keys:
         return []
     rows = await conn.fetch(
-        f"""SELECT DISTINCT x.entity_id FROM entity_aliases a JOIN entities x USING (entity_id)
+        f"""SELECT DISTINCT x.entity_id FROM entity_aliases a JOIN entities x USING (entity_id, space_id)
              WHERE a.space_id = $1 AND a.normalized_alias = ANY($3::text[]) AND x.merged_into IS NULL
                AND {ENTITY_VISIBLE}""", caller.space_id, principals(caller), list(keys))
     return [r["entity_id"] for r in rows]

@@ -149,14 +149,14 @@ SELECT h.pruned_through AS horizon, w.pos, w.kind, w.change, w.at,
          LIMIT $3) w ON true
   LEFT JOIN LATERAL (
         SELECT c.claim_id AS object_id, c.claim_text AS label
-          FROM claims c JOIN documents d ON d.doc_id = c.doc_id
+          FROM claims c JOIN documents d ON d.doc_id = c.doc_id AND d.space_id = c.space_id
          WHERE w.kind = 'claim' AND w.kind = ANY($4::text[]) AND c.claim_id = w.object_id
            AND c.space_id = $1 AND {_VISIBLE_DOC}
         UNION ALL
         SELECT f.fact_id, f.label
           FROM facts f
          WHERE w.kind <> 'claim' AND w.kind = ANY($4::text[]) AND f.fact_id = w.object_id AND f.space_id = $1
-           AND EXISTS (SELECT 1 FROM fact_evidence e JOIN documents d ON d.doc_id = e.doc_id
+           AND EXISTS (SELECT 1 FROM fact_evidence e JOIN documents d ON d.doc_id = e.doc_id AND d.space_id = e.space_id
                         WHERE e.fact_id = f.fact_id AND e.stance = 'supports' AND {_VISIBLE_DOC})
         LIMIT 1) v ON true
  ORDER BY w.pos

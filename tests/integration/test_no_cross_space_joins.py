@@ -2,12 +2,12 @@
 
 Every SQL statement written as a string (or an f-string, each {…} read as a constant) in
 services/ that parses on its own is parsed with PostgreSQL's own
-parser (pglast), and each JOIN between two tenant tables must tie its sides to one space:
-by `space_id`, or along a key whose rows never cross spaces — a foreign key, or two
-foreign keys to the same parent row, or the same primary key (tests/e2e/
-test_schema_distribution.py checks on real data that no foreign key crosses spaces). A
-join on anything else (a name, a hash, a label) could pair rows of different tenants,
-and on a distributed PostgreSQL it would not be a single-node query.
+parser (pglast), and each JOIN between two tenant tables must equate the sides' `space_id`
+(in ON or USING), whatever else it joins by. A join by a name, a hash or a label could
+pair rows of different tenants; a join by an id alone is safe only as long as ids never
+repeat across spaces, which no key declares any more (keys are (id, space_id), tests/e2e/
+test_schema_distribution.py). And on a distributed PostgreSQL sharded by space_id, the
+space_id equality is what makes every join a co-located, single-node one.
 """
 
 from __future__ import annotations
@@ -85,36 +85,20 @@ def column_pairs(quals: object) -> list[tuple[tuple[str, ...], tuple[str, ...]]]
 
 
 @pytest.fixture(scope="module")
-def catalog(dsn: str) -> dict[str, object]:
-    async def read() -> dict[str, object]:
+def tenant(dsn: str) -> set[str]:
+    async def read() -> set[str]:
         conn = await asyncpg.connect(dsn)
         try:
-            fks = await conn.fetch(
-                """SELECT k.conrelid::regclass::text AS child, a.attname AS col,
-                          k.confrelid::regclass::text AS parent, b.attname AS refcol
-                     FROM pg_constraint k
-                     JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
-                     JOIN pg_attribute b ON b.attrelid = k.confrelid AND b.attnum = k.confkey[1]
-                    WHERE k.contype = 'f' AND array_length(k.conkey, 1) = 1""")
-            pks = await conn.fetch(
-                """SELECT k.conrelid::regclass::text AS t, a.attname AS col FROM pg_constraint k
-                     JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
-                    WHERE k.contype = 'p' AND array_length(k.conkey, 1) = 1""")
-            tenant = {r[0] for r in await conn.fetch(
+            return {r[0] for r in await conn.fetch(
                 "SELECT table_name FROM information_schema.columns WHERE column_name = 'space_id' "
-                "AND table_schema = 'public'")}
+                "AND table_schema = 'public'")} - GLOBAL_TABLES
         finally:
             await conn.close()
-        anchors = {(r["child"], r["col"]): (r["parent"], r["refcol"]) for r in fks}
-        anchors.update({(r["t"], r["col"]): (r["t"], r["col"]) for r in pks})
-        return {"anchors": anchors, "tenant": tenant - GLOBAL_TABLES}
     return asyncio.run(read())
 
 
-def crossing_joins(statements: Iterator[tuple[str, str]], catalog: dict[str, object]) -> tuple[int, list[str]]:
-    """How many joins between tenant tables were read, and those that do not stay in a space."""
-    anchors: dict[tuple[str, str], tuple[str, str]] = catalog["anchors"]  # type: ignore[assignment]
-    tenant: set[str] = catalog["tenant"]  # type: ignore[assignment]
+def crossing_joins(statements: Iterator[tuple[str, str]], tenant: set[str]) -> tuple[int, list[str]]:
+    """How many joins between tenant tables were read, and those that do not equate space_id."""
     checked, crossing = 0, []
     for where, sql in statements:
         for raw in parse_sql(sql):
@@ -127,20 +111,9 @@ def crossing_joins(statements: Iterator[tuple[str, str]], catalog: dict[str, obj
                     continue
                 checked += 1
                 if join.usingClause:
-                    cols = [c.sval for c in join.usingClause]
-                    safe = "space_id" in cols or any(
-                        anchors.get((lt, c)) is not None and anchors.get((lt, c)) == anchors.get((rt, c))
-                        for c in cols for lt in left for rt in right)
+                    safe = "space_id" in [c.sval for c in join.usingClause]
                 elif join.quals is not None and column_pairs(join.quals):
-                    safe = False
-                    for a, b in column_pairs(join.quals):
-                        ta = visitor.aliases.get(a[0]) if len(a) == 2 else None
-                        tb = visitor.aliases.get(b[0]) if len(b) == 2 else None
-                        anchor_a = anchors.get((ta, a[-1])) if ta else None
-                        if a[-1] == b[-1] == "space_id" or (
-                                anchor_a is not None and anchor_a == (anchors.get((tb, b[-1])) if tb else None)):
-                            safe = True
-                            break
+                    safe = any(a[-1] == b[-1] == "space_id" for a, b in column_pairs(join.quals))
                 else:
                     safe = True  # ON true, a lateral or computed join: no column pair to judge
                 if not safe:
@@ -148,19 +121,21 @@ def crossing_joins(statements: Iterator[tuple[str, str]], catalog: dict[str, obj
     return checked, crossing
 
 
-def test_every_join_between_tenant_tables_stays_in_one_space(catalog: dict[str, object]) -> None:
-    checked, crossing = crossing_joins(sql_literals(), catalog)
+def test_every_join_between_tenant_tables_stays_in_one_space(tenant: set[str]) -> None:
+    checked, crossing = crossing_joins(sql_literals(), tenant)
     assert checked > 40, "the scan found almost no joins: is it reading the services' SQL?"
     assert crossing == []
 
 
-def test_the_scan_flags_joins_that_could_pair_two_tenants(catalog: dict[str, object]) -> None:
+def test_the_scan_flags_joins_that_could_pair_two_tenants(tenant: set[str]) -> None:
     bad = [("name", "SELECT 1 FROM entities a JOIN entities b ON a.canonical_name = b.canonical_name"),
-           ("hash", "SELECT 1 FROM document_versions v JOIN content_objects o USING (content_hash)")]
-    good = [("fk", "SELECT 1 FROM claims c JOIN chunks k ON k.chunk_id = c.chunk_id"),
-            ("same parent", "SELECT 1 FROM claims c JOIN chunks k USING (version_id)"),
+           ("hash", "SELECT 1 FROM document_versions v JOIN content_objects o USING (content_hash)"),
+           ("id alone", "SELECT 1 FROM claims c JOIN chunks k ON k.chunk_id = c.chunk_id")]
+    good = [("fk", "SELECT 1 FROM claims c JOIN chunks k ON k.chunk_id = c.chunk_id AND k.space_id = c.space_id"),
+            ("using", "SELECT 1 FROM claims c JOIN chunks k USING (version_id, space_id)"),
             ("space", "SELECT 1 FROM entities a JOIN entities b ON a.canonical_name = b.canonical_name "
                       "AND a.space_id = b.space_id")]
-    assert crossing_joins(iter(bad), catalog) == (2, ["name: ['entities'] JOIN ['entities']",
-                                                      "hash: ['document_versions'] JOIN ['content_objects']"])
-    assert crossing_joins(iter(good), catalog) == (3, [])
+    assert crossing_joins(iter(bad), tenant) == (3, ["name: ['entities'] JOIN ['entities']",
+                                                     "hash: ['document_versions'] JOIN ['content_objects']",
+                                                     "id alone: ['claims'] JOIN ['chunks']"])
+    assert crossing_joins(iter(good), tenant) == (3, [])

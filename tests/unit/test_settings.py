@@ -34,6 +34,15 @@ def test_database_url_must_be_postgres(monkeypatch: pytest.MonkeyPatch,
     assert "DATABASE_URL" in capsys.readouterr().err
 
 
+def test_a_service_address_must_be_host_port(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TESTAMENT_GRAPH_ADDR", "graph:7004,graph")
+    with pytest.raises(SettingsError):
+        load_settings()
+    err = capsys.readouterr().err
+    assert "TESTAMENT_GRAPH_ADDR" in err and "'graph' is not host:port" in err
+
+
 def test_a_service_process_exits_naming_the_variable() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "services.graph"], cwd=REPO, capture_output=True, text=True,

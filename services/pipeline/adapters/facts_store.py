@@ -59,7 +59,7 @@ async def known_aliases(conn: Any, space_id: uuid.UUID, texts: Sequence[str]) ->
     if not grams:
         return frozenset()
     rows = await conn.fetch(
-        """SELECT DISTINCT a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id)
+        """SELECT DISTINCT a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
             WHERE a.space_id = $1 AND a.normalized_alias = ANY($2::text[])""",
         space_id, sorted(grams))
     return frozenset(r[0] for r in rows)
@@ -75,18 +75,19 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
     document are marked."""
     key = normalize_name(name)
     in_doc = {r[0] for r in await conn.fetch(
-        f"""SELECT DISTINCT {_LIVE} FROM mentions m JOIN entities e ON e.entity_id = m.resolved_entity_id
+        f"""SELECT DISTINCT {_LIVE} FROM mentions m
+             JOIN entities e ON e.entity_id = m.resolved_entity_id AND e.space_id = m.space_id
              WHERE m.doc_id = $1""", doc_id)}
     rows = await conn.fetch(
         f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
-              FROM entity_aliases a JOIN entities e USING (entity_id)
+              FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
              WHERE a.space_id = $1 AND a.normalized_alias = $2
              ORDER BY {_LIVE}, a.alias_id""", space_id, key)
     if rows:
         return [_candidate(r, "T0", 1.0, in_doc) for r in rows]
     rows = await conn.fetch(
         f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}, similarity(a.normalized_alias, $2) AS score
-              FROM entity_aliases a JOIN entities e USING (entity_id)
+              FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
              WHERE a.space_id = $1 AND a.normalized_alias % $2
                AND similarity(a.normalized_alias, $2) >= $3
              ORDER BY score DESC, a.normalized_alias, a.alias_id LIMIT $4""",
@@ -98,7 +99,7 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
     if codes:
         rows = await conn.fetch(
             f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
-                  FROM entity_aliases a JOIN entities e USING (entity_id)
+                  FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
                  WHERE a.space_id = $1 AND a.phonetic && $2::text[]
                  ORDER BY a.normalized_alias, a.alias_id LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
         found = _best_per_entity([_candidate(r, "T2", 0.7, in_doc) for r in rows])
@@ -184,7 +185,7 @@ async def context_texts(db: Any, source: VersionSource) -> dict[str, str]:
     claims = await db.fetch(
         """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
                   c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
-             FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
+             FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id AND o.space_id = c.space_id
             WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
             ORDER BY c.char_start, c.ordinal""", source.version_id)
     # a name the space already holds is settled by T0 and needs no vector; the drafts are
@@ -244,7 +245,7 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
     await conn.execute(
         """INSERT INTO entity_aliases (space_id, entity_id, alias_text, normalized_alias, phonetic)
            VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (entity_id, normalized_alias) DO UPDATE SET last_seen = clock_timestamp()""",
+           ON CONFLICT (entity_id, normalized_alias, space_id) DO UPDATE SET last_seen = clock_timestamp()""",
         space_id, entity_id, surface, key, await _all_codes(conn, key))
     if verdict.method in ("T0", "T1", "T2") and len(key) > len(normalize_name(await conn.fetchval(
             "SELECT canonical_name FROM entities WHERE entity_id = $1", entity_id))):
@@ -267,8 +268,8 @@ async def relabel(conn: asyncpg.Connection, space_id: uuid.UUID, entity_id: uuid
     rows = await conn.fetch(
         """SELECT f.fact_id, f.kind, f.predicate, f.label, f.subject_entity_id,
                   se.canonical_name AS subject_name, oe.canonical_name AS object_name
-             FROM facts f JOIN entities se ON se.entity_id = f.subject_entity_id
-             LEFT JOIN entities oe ON oe.entity_id = f.object_entity_id
+             FROM facts f JOIN entities se ON se.entity_id = f.subject_entity_id AND se.space_id = f.space_id
+             LEFT JOIN entities oe ON oe.entity_id = f.object_entity_id AND oe.space_id = f.space_id
             WHERE f.space_id = $1 AND (f.subject_entity_id = $2 OR f.object_entity_id = $2)
             ORDER BY f.fact_id FOR NO KEY UPDATE OF f""", space_id, entity_id)
     aliases = sorted((r["alias_text"] for r in await conn.fetch(
@@ -305,7 +306,7 @@ async def save_mention(conn: asyncpg.Connection, *, space_id: uuid.UUID, doc_id:
                                  resolved_entity_id, resolution_method, resolution_confidence,
                                  resolution_is_new_entity, resolved_at, scores, resolver_version)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, clock_timestamp(), $12, $13)
-           ON CONFLICT (mention_id) DO NOTHING""",
+           ON CONFLICT (mention_id, space_id) DO NOTHING""",
         mention_id, space_id, doc_id, version_id, claim_id, surface, normalize_name(surface), entity_id,
         verdict.method, verdict.confidence, verdict.entity_id is None, verdict.scores, RESOLVER_VERSION)
     return mention_id
@@ -332,7 +333,7 @@ async def fact_views(conn: asyncpg.Connection, space_id: uuid.UUID, incoming: In
                   origin.asserted_at
              FROM facts f
         LEFT JOIN LATERAL (SELECT a.change_kind, a.features, c.asserted_at
-                             FROM assertions a JOIN claims c ON c.claim_id = a.claim_id
+                             FROM assertions a JOIN claims c ON c.claim_id = a.claim_id AND c.space_id = a.space_id
                             WHERE a.assertion_id = (SELECT a2.assertion_id FROM assertions a2
                                                      WHERE a2.fact_id = f.fact_id
                                                      ORDER BY a2.adjudicated_at, a2.assertion_id LIMIT 1)) origin
@@ -357,8 +358,8 @@ async def pending_ends(conn: asyncpg.Connection, space_id: uuid.UUID, subject_id
         return []
     rows = await conn.fetch(
         """SELECT a.valid_from FROM assertions a
-             JOIN mentions sm ON sm.mention_id = a.subject_mention_id
-             JOIN mentions om ON om.mention_id = a.object_mention_id
+             JOIN mentions sm ON sm.mention_id = a.subject_mention_id AND sm.space_id = a.space_id
+             JOIN mentions om ON om.mention_id = a.object_mention_id AND om.space_id = a.space_id
             WHERE a.space_id = $1 AND a.kind = 'relation' AND a.features->>'dropped' = 'pending_end'
               AND sm.resolved_entity_id = $2 AND om.resolved_entity_id = $3""", space_id, subject_id, object_id)
     return [r["valid_from"] for r in rows]
@@ -429,7 +430,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             """INSERT INTO facts (fact_id, space_id, kind, subject_entity_id, predicate, object_entity_id, statement,
                                   label, valid_from, valid_until, valid_precision, contradiction_group, confidence)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-               ON CONFLICT (fact_id) DO NOTHING""",
+               ON CONFLICT (fact_id, space_id) DO NOTHING""",
             fact_id, space_id, incoming.kind, incoming.subject_id, incoming.predicate, incoming.object_id,
             incoming.statement, label, w.valid_from, w.valid_until, w.precision, group, verdict.confidence)
         await _evidence(conn, space_id, fact_id, claim_id, doc_id, "supports")
@@ -467,7 +468,7 @@ async def _evidence(conn: asyncpg.Connection, space_id: uuid.UUID, fact_id: uuid
                     doc_id: uuid.UUID, stance: str) -> None:
     await conn.execute(
         """INSERT INTO fact_evidence (fact_id, claim_id, stance, space_id, doc_id) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (fact_id, claim_id) DO NOTHING""", fact_id, claim_id, stance, space_id, doc_id)
+           ON CONFLICT (fact_id, claim_id, space_id) DO NOTHING""", fact_id, claim_id, stance, space_id, doc_id)
 
 
 async def _decision(conn: asyncpg.Connection, space_id: uuid.UUID, fact_id: uuid.UUID, subject_kind: str,
@@ -549,7 +550,7 @@ async def supersede_living_testimony(conn: asyncpg.Connection, space_id: uuid.UU
 async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Record]:
     return await conn.fetch(
         """SELECT DISTINCT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM assertions a JOIN facts f ON f.fact_id = a.fact_id WHERE a.version_id = $1
+             FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id WHERE a.version_id = $1
            UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
            SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
              FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id

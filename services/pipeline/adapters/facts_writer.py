@@ -41,7 +41,7 @@ class FactsWriter:
         claims = await self.db.fetch(
             """SELECT c.claim_id, c.claim_text, c.is_attributed, c.attributed_to, c.claim_valid_from,
                       c.claim_valid_until, c.claim_valid_precision, c.claim_valid_kind, c.asserted_at
-                 FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
+                 FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id AND o.space_id = c.space_id
                 WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
                   AND NOT EXISTS (SELECT 1 FROM normalization_outcomes n WHERE n.claim_id = c.claim_id)
                 ORDER BY c.char_start, c.ordinal""", source.version_id)
@@ -98,7 +98,7 @@ class FactsWriter:
                                                valid_from, valid_until, valid_precision, valid_kind, change_kind,
                                                features)
                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-                       ON CONFLICT (claim_id, ordinal) DO NOTHING""",
+                       ON CONFLICT (claim_id, ordinal, space_id) DO NOTHING""",
                     derived_id("assertion", claim["claim_id"], ordinal), source.space_id, source.version_id,
                     claim["claim_id"], ordinal, draft.kind, subject_mention, draft.predicate, object_mention,
                     draft.statement, window.valid_from, window.valid_until, window.precision, view.valid_kind,
@@ -118,11 +118,11 @@ class FactsWriter:
                       sm.resolved_entity_id AS subject_id, se.canonical_name AS subject_name,
                       om.resolved_entity_id AS object_id, oe.canonical_name AS object_name
                  FROM assertions a
-                 JOIN claims c ON c.claim_id = a.claim_id
-                 JOIN mentions sm ON sm.mention_id = a.subject_mention_id
-                 JOIN entities se ON se.entity_id = sm.resolved_entity_id
-            LEFT JOIN mentions om ON om.mention_id = a.object_mention_id
-            LEFT JOIN entities oe ON oe.entity_id = om.resolved_entity_id
+                 JOIN claims c ON c.claim_id = a.claim_id AND c.space_id = a.space_id
+                 JOIN mentions sm ON sm.mention_id = a.subject_mention_id AND sm.space_id = a.space_id
+                 JOIN entities se ON se.entity_id = sm.resolved_entity_id AND se.space_id = sm.space_id
+            LEFT JOIN mentions om ON om.mention_id = a.object_mention_id AND om.space_id = a.space_id
+            LEFT JOIN entities oe ON oe.entity_id = om.resolved_entity_id AND oe.space_id = om.space_id
                 WHERE a.version_id = $1 AND a.adjudicated_at IS NULL
                 ORDER BY c.char_start, a.claim_id, a.ordinal""", source.version_id)
         for r in rows:
@@ -157,10 +157,12 @@ class FactsWriter:
     async def settle_counts(self, conn: asyncpg.Connection, source: VersionSource) -> None:
         """Evidence counts of every fact this version touched (including the facts it closed)."""
         touched = [r[0] for r in await conn.fetch(
-            """SELECT DISTINCT e.fact_id FROM fact_evidence e JOIN claim_occurrences o ON o.claim_id = e.claim_id
+            """SELECT DISTINCT e.fact_id FROM fact_evidence e
+                 JOIN claim_occurrences o ON o.claim_id = e.claim_id AND o.space_id = e.space_id
                 WHERE o.version_id = $1
                UNION
-               SELECT DISTINCT f.fact_id FROM facts f JOIN assertions a ON a.fact_id = f.superseded_by
+               SELECT DISTINCT f.fact_id FROM facts f
+                    JOIN assertions a ON a.fact_id = f.superseded_by AND a.space_id = f.space_id
                 WHERE a.version_id = $1""", source.version_id)]
         await refresh_support(conn, source.space_id, touched, retract=False)
 

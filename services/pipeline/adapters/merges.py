@@ -137,7 +137,7 @@ async def _record(conn: Any, space_id: uuid.UUID, groups: Sequence[tuple[uuid.UU
             seen.add(pair)
             proposal = await conn.fetchval(
                 """INSERT INTO merge_proposals (space_id, survivor_id, absorbed_id, score) VALUES ($1, $2, $3, $4)
-                   ON CONFLICT (survivor_id, absorbed_id) DO NOTHING RETURNING proposal_id""",
+                   ON CONFLICT (survivor_id, absorbed_id, space_id) DO NOTHING RETURNING proposal_id""",
                 space_id, survivor.entity_id, member.entity_id, score)
             if proposal is not None:
                 created.append(proposal)
@@ -165,7 +165,8 @@ async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequenc
                  FROM entity_aliases a1
                  JOIN entity_aliases a2 ON a2.space_id = a1.space_id AND a2.normalized_alias % a1.normalized_alias
                                        AND a2.entity_id <> a1.entity_id
-                 JOIN entities e2 ON e2.entity_id = a2.entity_id AND e2.merged_into IS NULL
+                 JOIN entities e2 ON e2.entity_id = a2.entity_id AND e2.space_id = a2.space_id
+                      AND e2.merged_into IS NULL
                 WHERE a1.space_id = $1 AND a1.entity_id = ANY($2::uuid[])) x
             WHERE n <= $3""", space_id, list(entity_ids), NEIGHBOURS * 2)
     for r in rows:
@@ -290,7 +291,7 @@ async def revert(conn: asyncpg.Connection, proposal_id: uuid.UUID, space_id: uui
             SELECT r.* FROM merge_proposals p,
                    jsonb_populate_recordset(NULL::entity_aliases, p.snapshot -> 'aliases') r
              WHERE p.proposal_id = $1
-            ON CONFLICT (alias_id) DO UPDATE SET ({", ".join(map(_ident, alias_cols))}) =
+            ON CONFLICT (alias_id, space_id) DO UPDATE SET ({", ".join(map(_ident, alias_cols))}) =
                 ROW({", ".join("EXCLUDED." + _ident(c) for c in alias_cols)})""", proposal_id)
     await conn.execute("UPDATE merge_proposals SET status = 'reverted', reverted_at = clock_timestamp() "
                        "WHERE proposal_id = $1", proposal_id)
@@ -325,7 +326,7 @@ async def list_proposals(conn: Any, space_id: uuid.UUID, *, status: str | None =
         """SELECT p.proposal_id, p.survivor_id, s.canonical_name AS survivor_name, p.absorbed_id,
                   a.canonical_name AS absorbed_name, p.score, p.status, p.created_at, p.applied_at, p.reverted_at
              FROM merge_proposals p
-             JOIN entities s ON s.entity_id = p.survivor_id
-             JOIN entities a ON a.entity_id = p.absorbed_id
+             JOIN entities s ON s.entity_id = p.survivor_id AND s.space_id = p.space_id
+             JOIN entities a ON a.entity_id = p.absorbed_id AND a.space_id = p.space_id
             WHERE p.space_id = $1 AND ($2::text IS NULL OR p.status = $2)
             ORDER BY p.created_at DESC, p.proposal_id LIMIT $3""", space_id, status, limit))

@@ -207,7 +207,7 @@ class PgQueue:
         await conn.executemany(
             """INSERT INTO work_units (space_id, version_id, stage, unit_key, component_version, max_attempts)
                VALUES ($1, $2, $3, $4, $5, $6)
-               ON CONFLICT (version_id, stage, unit_key, component_version) DO NOTHING""",
+               ON CONFLICT (version_id, stage, unit_key, component_version, space_id) DO NOTHING""",
             [(space_id, version_id, u.stage, u.unit_key, COMPONENT_VERSION[u.stage], self.max_attempts)
              for u in units],
         )
@@ -307,7 +307,8 @@ class PgQueue:
                 return None  # no such version, or deleted
             row = await conn.fetchrow(
                 """SELECT v.space_id, count(*) FILTER (WHERE w.stage = 'extract_claims') AS runs
-                     FROM document_versions v JOIN work_units w ON w.version_id = v.version_id
+                     FROM document_versions v
+                          JOIN work_units w ON w.version_id = v.version_id AND w.space_id = v.space_id
                     WHERE v.version_id = $1 AND ($2::uuid IS NULL OR v.space_id = $2)
                       AND NOT EXISTS (SELECT 1 FROM work_units o WHERE o.version_id = v.version_id
                                         AND o.status IN ('pending', 'running', 'failed', 'dead_letter'))

@@ -75,9 +75,9 @@ class PgStageStore:
                       v.filename, d.title, v.source_modified_at, v.ingested_at, r.representation_id,
                       r.object_key AS representation_key
                  FROM document_versions v
-                 JOIN documents d ON d.doc_id = v.doc_id
+                 JOIN documents d ON d.doc_id = v.doc_id AND d.space_id = v.space_id
                  JOIN content_objects c ON c.space_id = v.space_id AND c.content_hash = v.content_hash
-            LEFT JOIN representations r ON r.version_id = v.version_id
+            LEFT JOIN representations r ON r.version_id = v.version_id AND r.space_id = v.space_id
                 WHERE v.version_id = $1""",
             version_id,
         )
@@ -94,7 +94,7 @@ class PgStageStore:
         await conn.execute(
             """INSERT INTO representations (representation_id, space_id, version_id, object_key, markdown_sha256,
                                             char_count, converter)
-               VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (version_id) DO NOTHING""",
+               VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (version_id, space_id) DO NOTHING""",
             representation_id, source.space_id, source.version_id, key, sha256, chars, converter,
         )
         return representation_id
@@ -142,8 +142,8 @@ class PgStageStore:
         rows = await self.db.fetch(
             """SELECT ch.chunk_id, ch.chunk_text, c.claim_id, c.source_span
                  FROM chunks ch
-                 JOIN claim_occurrences o ON o.chunk_id = ch.chunk_id
-                 JOIN claims c ON c.claim_id = o.claim_id
+                 JOIN claim_occurrences o ON o.chunk_id = ch.chunk_id AND o.space_id = ch.space_id
+                 JOIN claims c ON c.claim_id = o.claim_id AND c.space_id = o.space_id
                 WHERE c.extractor_version = $3 AND c.is_current_testimony
                   AND ch.version_id = (SELECT v.version_id FROM document_versions v
                                         WHERE v.doc_id = $1 AND v.version_no < $2
@@ -239,7 +239,7 @@ class PgStageStore:
                           payload: dict[str, Any]) -> None:
         await conn.execute(
             """INSERT INTO claim_drafts (chunk_id, space_id, version_id, provider, drafts) VALUES ($1, $2, $3, $4, $5)
-               ON CONFLICT (chunk_id) DO UPDATE SET provider = EXCLUDED.provider, drafts = EXCLUDED.drafts,
+               ON CONFLICT (chunk_id, space_id) DO UPDATE SET provider = EXCLUDED.provider, drafts = EXCLUDED.drafts,
                                                     created_at = clock_timestamp()""",
             chunk_id, source.space_id, source.version_id, provider, payload)
 
@@ -288,7 +288,7 @@ class PgStageStore:
                                    claim_valid_kind)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
                        $21, $22, $23)
-               ON CONFLICT (claim_id) DO NOTHING""",
+               ON CONFLICT (claim_id, space_id) DO NOTHING""",
             rows,
         )
         await conn.executemany(
@@ -299,7 +299,7 @@ class PgStageStore:
         await conn.executemany(
             """INSERT INTO extraction_decisions (decision_id, space_id, version_id, chunk_id, kind, reason,
                                                  char_start, char_end, detail, provider)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (decision_id) DO NOTHING""",
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (decision_id, space_id) DO NOTHING""",
             [(derived_id("decision", chunk_id, extractor, i), source.space_id, source.version_id, chunk_id, d.kind,
               d.reason, d.char_start, d.char_end, d.detail, extractor) for i, d in enumerate(decisions)],
         )
@@ -341,7 +341,7 @@ async def index_text(conn: asyncpg.Connection, space_id: uuid.UUID, kind: str,
     await conn.execute(
         """INSERT INTO bm25_docs (space_id, target_kind, target_id, doc_id, length)
            SELECT $1, $2, t, d, l FROM unnest($3::uuid[], $4::uuid[], $5::int[]) AS x(t, d, l)
-           ON CONFLICT (target_kind, target_id) DO UPDATE SET length = EXCLUDED.length""",
+           ON CONFLICT (target_kind, target_id, space_id) DO UPDATE SET length = EXCLUDED.length""",
         space_id, kind, [d[2] for d in docs], [d[3] for d in docs], [d[4] for d in docs])
     await conn.execute(
         """INSERT INTO bm25_postings (space_id, target_kind, term, target_id, tf, length)
