@@ -21,7 +21,8 @@ from services.platform.auth import Caller
 from services.platform.text import query_tokens
 from services.retrieval import lexical
 
-DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
+DOC_VISIBLE = ("(d.space_id = $1 AND d.deleted_at IS NULL"
+               " AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))")
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
 FACT_SUPPORTED = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
                           JOIN documents d ON d.doc_id = c.doc_id
@@ -70,7 +71,7 @@ _TARGETS: dict[str, dict[str, str]] = {
 }
 
 
-_EXHAUSTIVE_SUM = lexical.BM25_SUM_SQL.format(term=lexical.BM25_TERM_SQL.format(idf="q.idf", avgdl="$6::float8"))
+_EXHAUSTIVE_SUM = lexical.BM25_SUM_SQL.format(term=lexical.BM25_TERM_SQL.format(idf="q.idf", avgdl="q.avgdl"))
 
 
 @dataclass(frozen=True)
@@ -237,39 +238,48 @@ class SearchLegs:
                   FROM unnest($4::text[]) AS q(term)
                   LEFT JOIN (SELECT term, min(impact) AS floor, count(*) AS walked FROM prefix GROUP BY term) w
                          ON w.term = q.term"""
-        stats = await conn.fetchrow(
-            """SELECT (SELECT coalesce(sum(n), 0)::float8 FROM bm25_stats
-                        WHERE space_id = $1 AND target_kind = $2) AS n,
-                      (SELECT coalesce(sum(total_length), 0)::float8 FROM bm25_stats
-                        WHERE space_id = $1 AND target_kind = $2) AS total,
-                      (SELECT coalesce(sum(df), 0) FROM bm25_df
-                        WHERE space_id = $1 AND target_kind = $2 AND term = ANY($3::text[])) AS postings""",
-            caller.space_id, kind, terms)
-        n = float(stats["n"])
+        # One statement: the space's counters, and when the query's terms have few postings
+        # (known from the counters) every one of them scored, best first. The caller's
+        # visibility is then probed in score order, one primary-key lookup per target, until
+        # k are visible (a join would read the whole target table to keep the best ten).
+        where, where_args = filters.render(kind, 7)
+        rows = await conn.fetch(
+            f"""WITH d AS MATERIALIZED (
+                       SELECT term, sum(df)::float8 AS df FROM bm25_df
+                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
+                     s AS MATERIALIZED (
+                       SELECT coalesce(sum(n), 0)::float8 AS n, coalesce(sum(total_length), 0)::float8 AS total,
+                              (SELECT coalesce(sum(df), 0)::float8 FROM d) AS postings
+                         FROM bm25_stats WHERE space_id = $1 AND target_kind = $3),
+                     q AS MATERIALIZED (
+                       SELECT d.term, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf,
+                              CASE WHEN s.n > 0 THEN greatest(s.total / s.n, 1.0::float8) ELSE 1.0::float8 END AS avgdl
+                         FROM d, s WHERE s.postings <= $5),
+                     ranked AS MATERIALIZED (
+                       SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
+                         FROM q CROSS JOIN LATERAL (
+                                SELECT term, target_id, tf, length FROM bm25_postings
+                                 WHERE space_id = $1 AND target_kind = $3 AND term = q.term) p
+                        GROUP BY p.target_id)
+                SELECT NULL::uuid AS id, NULL::float8 AS score, n, total, postings FROM s
+                UNION ALL
+                (SELECT r.target_id, r.score, NULL, NULL, NULL
+                   FROM (SELECT * FROM ranked ORDER BY score DESC, target_id OFFSET 0) r
+                  WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.target_id
+                            AND {t['where']} {where} LIMIT 1)
+                  LIMIT $6)""",
+            caller.space_id, principals(caller), kind, terms, lexical.BM25_EXHAUSTIVE_MAX, k, *where_args)
+        stats = rows[0]
+        n = stats["n"]
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
         if not stats["postings"]:  # no term of the query occurs in the space
             self.plans.append("none")
             return []
         if stats["postings"] <= lexical.BM25_EXHAUSTIVE_MAX:
-            # Few postings: scoring all of them in one statement is cheaper than proving a
-            # prefix (short, uniform texts give the threshold test little to prune).
-            where, where_args = filters.render(kind, 8)
-            rows = await conn.fetch(
-                f"""WITH q AS (SELECT term, ln(1 + ($5 - df + 0.5) / (df + 0.5)) AS idf
-                                 FROM (SELECT term, sum(df)::float8 AS df FROM bm25_df
-                                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[])
-                                        GROUP BY term) d),
-                         scored AS (
-                           SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
-                             FROM q JOIN bm25_postings p
-                               ON p.space_id = $1 AND p.target_kind = $3 AND p.term = q.term
-                            GROUP BY p.target_id)
-                    SELECT s.target_id AS id, s.score FROM scored s JOIN {t['table']} ON {t['id']} = s.target_id
-                     WHERE {t['where']} {where}
-                     ORDER BY s.score DESC, s.target_id LIMIT $7""",
-                caller.space_id, principals(caller), kind, terms, n, avgdl, k, *where_args)
+            # Few postings: scoring all of them is cheaper than proving a prefix (short,
+            # uniform texts give the threshold test little to prune).
             self.plans.append("bm25_exhaustive")
-            return [(r["id"], float(r["score"])) for r in rows]
+            return [(r["id"], float(r["score"])) for r in rows[1:]]
         # What an unread posting's part can be at most, per unit of its stored impact (the
         # tiny margin covers the impact's rounding to float8).
         slack = max(1.0, avgdl / lexical.BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)
