@@ -251,7 +251,10 @@ class SearchLegs:
         # One statement: the space's counters, and when the query's terms have few postings
         # (known from the counters) every one of them scored, best first. The caller's
         # visibility is then probed in score order, one primary-key lookup per target, until
-        # k are visible (a join would read the whole target table to keep the best ten).
+        # k are visible (a join would read the whole target table to keep the best ten). The
+        # LIMIT (never reached: the counters bound the postings) keeps each term's read a
+        # lookup in the term index; without it the planner may hash-join every posting of
+        # the kind.
         where, where_args = filters.render(kind, 7)
         rows = await conn.fetch(
             f"""WITH d AS MATERIALIZED (
@@ -269,7 +272,7 @@ class SearchLegs:
                        SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
                          FROM q CROSS JOIN LATERAL (
                                 SELECT term, target_id, tf, length FROM bm25_postings
-                                 WHERE space_id = $1 AND target_kind = $3 AND term = q.term) p
+                                 WHERE space_id = $1 AND target_kind = $3 AND term = q.term LIMIT $5) p
                         GROUP BY p.target_id)
                 SELECT NULL::uuid AS id, NULL::float8 AS score, n, total, postings FROM s
                 UNION ALL
