@@ -60,14 +60,14 @@ def principals(caller: Caller) -> list[str] | None:
 
 _TARGETS: dict[str, dict[str, str]] = {
     "claim": {"table": "claims c", "id": "c.claim_id", "where": f"c.is_current_testimony AND {CLAIM_VISIBLE}",
-              "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim"},
+              "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim", "graph": "halfvec"},
     "chunk": {"table": "chunks c JOIN document_versions v ON v.version_id = c.version_id", "id": "c.chunk_id",
               "where": f"v.deleted_at IS NULL AND {CLAIM_VISIBLE}", "space": "c.space_id", "vec": "c.embedding",
-              "dim": "c.embedding_dim"},
+              "dim": "c.embedding_dim", "graph": "halfvec"},
     "fact": {"table": "facts f", "id": "f.fact_id", "where": f"f.invalidated_at IS NULL AND {FACT_SUPPORTED}",
-             "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim"},
+             "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim", "graph": "halfvec"},
     "entity": {"table": "entities x", "id": "x.entity_id", "where": f"x.merged_into IS NULL AND {ENTITY_VISIBLE}",
-               "space": "x.space_id", "vec": "x.profile_embedding", "dim": "x.profile_dim"},
+               "space": "x.space_id", "vec": "x.profile_embedding", "dim": "x.profile_dim", "graph": "vector"},
 }
 
 
@@ -206,10 +206,12 @@ class SearchLegs:
             await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
             await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
-            cast = f"{t['vec']}::vector({dim})"
-            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {cast} <=> $3::vector({dim}) AS distance "
-                   f"{base} ORDER BY {cast} <=> $3::vector({dim}) LIMIT $4) "
-                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance")
+            # The graph orders by its own (half-precision, migration 0013) distance; the
+            # score and the final order are the float distance.
+            graph = f"{t['vec']}::{t['graph']}({dim}) <=> $3::vector({dim})::{t['graph']}({dim})"
+            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
+                   f"{base} ORDER BY {graph} LIMIT $4) "
+                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id")
             rows = await conn.fetch(sql, *args)
         return [(r["id"], float(r["score"])) for r in rows]
 

@@ -184,6 +184,7 @@ class Retrieval:
         self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
         self.redact = redact or (lambda text, caller: text)
         self._dated: dict[uuid.UUID, bool] = {}
+        self._folds: dict[uuid.UUID, str] = {}
         # Helper connections for concurrent legs: fewer than the pool holds (see concurrently).
         size = database.pool.get_max_size() if hasattr(database, "pool") else 0
         self._helper = _Slots(size // 2) if size >= 4 else None
@@ -487,12 +488,14 @@ class Retrieval:
         entities = await db.named_entities(conn, caller, name_keys(query))
         if entities:
             named = await db.mentioning(conn, caller.space_id, list(claim_rows), list(chunk_rows), entities)
-        dated = {cid for cid, row in claim_rows.items()
-                 if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
-        dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
+        temporal = is_temporal_question(query)
+        dated: set[uuid.UUID] = set()
+        if temporal and self.weights.temporal_lift:  # read only by the temporal lift
+            dated = {cid for cid, row in claim_rows.items()
+                     if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
+            dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
-                                        named=frozenset(named), dated=frozenset(dated),
-                                        temporal=is_temporal_question(query))
+                                        named=frozenset(named), dated=frozenset(dated), temporal=temporal)
         return candidates, claim_rows, chunk_rows, full
 
     def _mentions_time(self, item_id: uuid.UUID, text: str) -> bool:
@@ -503,6 +506,16 @@ class Retrieval:
             if len(self._dated) >= DATED_CACHE:
                 self._dated.clear()
             known = self._dated[item_id] = mentions_time(text)
+        return known
+
+    def _folded(self, claim_id: uuid.UUID, text: str) -> str:
+        """A claim's text as grouping compares it (folded, lower case, spaces collapsed),
+        remembered by id: claim text never changes, and one answer groups hundreds."""
+        known = self._folds.get(claim_id)
+        if known is None:
+            if len(self._folds) >= DATED_CACHE:
+                self._folds.clear()
+            known = self._folds[claim_id] = " ".join(fold(text).lower().split())
         return known
 
     async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
@@ -523,7 +536,7 @@ class Retrieval:
             if row is None:
                 dropped += 1
                 continue
-            key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
+            key = (self._folded(fused.item_id, row["claim_text"]), row["asserted_at"],
                    row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
                    row["is_attributed"], row["attributed_to"])
             groups.setdefault(key, []).append(row)
