@@ -184,19 +184,22 @@ class SearchLegs:
         if extra or eligible <= (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX):
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
-            if restricted or extra:
-                sql = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
-                       f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
-            else:
-                # The caller sees (nearly) everything: rank the space's rows by distance alone,
-                # then probe visibility in that order until k hold (about k probes, where
-                # checking every row first costs a join per row for facts and entities).
-                sql = (f"SELECT r.id, 1 - r.distance AS score FROM ("
-                       f"SELECT {t['id']} AS id, {t['vec']} <=> $3 AS distance FROM {t['table']} "
-                       f"WHERE {t['space']} = $1 AND {t['dim']} = {dim} ORDER BY 2, 1 OFFSET 0) r "
-                       f"WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.id "
-                       f"AND {t['where']} LIMIT 1) LIMIT $4")
-            rows = await conn.fetch(sql, *args)
+            joined = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
+                      f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
+            rows: list[Any] = []
+            if not (restricted or extra) and eligible > k:
+                # The caller sees (nearly) everything: take the nearest rows by distance alone
+                # (a bounded top-N), then probe visibility in that order until k hold; checking
+                # every row first costs a join per row for facts and entities. Should too few
+                # of them be visible, the joined form below answers.
+                rows = await conn.fetch(
+                    f"SELECT r.id, 1 - r.distance AS score FROM ("
+                    f"SELECT {t['id']} AS id, {t['vec']} <=> $3 AS distance FROM {t['table']} "
+                    f"WHERE {t['space']} = $1 AND {t['dim']} = {dim} ORDER BY 2, 1 LIMIT $4 * 2 + 20) r "
+                    f"WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.id "
+                    f"AND {t['where']} LIMIT 1) ORDER BY r.distance, r.id LIMIT $4", *args)
+            if len(rows) < k:
+                rows = await conn.fetch(joined, *args)
         else:
             # HNSW with iterative scans: the index keeps walking until k rows pass the filter;
             # for a restricted caller the walk is widened and kept in strict order.
