@@ -141,11 +141,26 @@ class SearchLegs:
         if cached and time.monotonic() - cached[0] < 30:
             return cached[1], cached[2]
         t = _TARGETS[kind]
-        row = await conn.fetchrow(
-            f"SELECT count(*) FILTER (WHERE {t['where']}) AS visible, count(*) AS total "
-            f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL",
-            caller.space_id, principals(caller))
-        visible, total = int(row["visible"]), int(row["total"])
+        if kind in ("claim", "chunk"):
+            row = await conn.fetchrow(
+                f"SELECT count(*) FILTER (WHERE {t['where']}) AS visible, count(*) AS total "
+                f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL",
+                caller.space_id, principals(caller))
+            visible, total = int(row["visible"]), int(row["total"])
+        else:
+            # Facts and entities are visible through evidence: counting them exactly checks
+            # every row's evidence (seconds at 100k claims, past the query timeout for a
+            # caller's first call). The share of visible live documents estimates it; only
+            # the plan (exact scan or graph, how wide a walk) depends on it, never what is
+            # returned.
+            row = await conn.fetchrow(
+                f"""SELECT (SELECT count(*) FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL)
+                           AS total,
+                           (SELECT count(*) FILTER (WHERE {DOC_VISIBLE}) / greatest(count(*), 1)::float8
+                              FROM documents d WHERE d.space_id = $1 AND d.deleted_at IS NULL) AS share""",
+                caller.space_id, principals(caller))
+            total = int(row["total"])
+            visible = round(total * float(row["share"] or 0.0))
         self._counts[key] = (time.monotonic(), visible, total)
         return visible, total
 

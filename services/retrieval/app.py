@@ -226,9 +226,14 @@ class Retrieval:
 
         mine = [0, *(i + 1 for i, slot in enumerate(helpers) if not slot)]
         theirs = [i + 1 for i, slot in enumerate(helpers) if slot]
-        async with asyncio.TaskGroup() as group:  # a failing leg cancels the others before conn is let go
-            own = group.create_task(on_own(mine))
-            others = [group.create_task(on_helper(calls[i])) for i in theirs]
+        try:
+            async with asyncio.TaskGroup() as group:  # a failing leg cancels the others before conn is let go
+                own = group.create_task(on_own(mine))
+                others = [group.create_task(on_helper(calls[i])) for i in theirs]
+        except BaseExceptionGroup as failed:
+            # The leg's own error, as one after another would raise it (a timeout stays a
+            # TimeoutError, which callers and the error mapping know; a group would be a 500).
+            raise failed.exceptions[0] from None
         results: dict[int, Any] = dict(zip(mine, own.result(), strict=True)) | {
             i: task.result() for i, task in zip(theirs, others, strict=True)}
         return [results[i] for i in range(len(calls))]
