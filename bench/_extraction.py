@@ -33,6 +33,7 @@ from pathlib import Path
 from services.pipeline.domain import claims as claims_domain
 from services.pipeline.domain import facts as facts_domain
 from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, decide, holder_predicates
+from services.pipeline.domain.entities import compatible, proper_name
 from services.pipeline.domain.facts import (
     AssertionDraft,
     ClaimView,
@@ -64,6 +65,7 @@ class Scenario:
     documents: list[tuple[dt.datetime, str]] = field(default_factory=list)
     facts: list[ExpectedFact] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
+    batch: int = 1  # a "# ---- batch N" comment line starts batch N
 
     @property
     def sentences(self) -> int:
@@ -82,6 +84,7 @@ def load_corpus(path: Path = CORPUS) -> list[Scenario]:
     current: Scenario | None = None
     buffer: list[str] = []
     said_on: dt.datetime | None = None
+    batch = 1
 
     def flush() -> None:
         nonlocal buffer
@@ -90,10 +93,13 @@ def load_corpus(path: Path = CORPUS) -> list[Scenario]:
         buffer = []
 
     for raw in path.read_text(encoding="utf-8").splitlines():
-        if raw.startswith("=== scenario "):
+        batch_header = re.match(r"# ---- batch (\d+)", raw)
+        if raw.startswith("#") and section != "doc":
+            batch = int(batch_header.group(1)) if batch_header else batch  # comments outside documents
+        elif raw.startswith("=== scenario "):
             flush()
             ident, _, genre = raw[len("=== scenario "):].partition("|")
-            current = Scenario(ident.strip(), genre.strip())
+            current = Scenario(ident.strip(), genre.strip(), batch=batch)
             scenarios.append(current)
             section = None
         elif raw.startswith("--- "):
@@ -151,15 +157,21 @@ class Memory:
     names: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def resolve(self, surface: str) -> tuple[uuid.UUID, str]:
-        """Exact names; a first name alone joins the one full name it starts, and a full name
-        joins the one first name seen alone (the fullest spelling becomes the name)."""
+        """Exact names; a first name alone joins the one full (proper) name it starts, and a
+        full name joins the one first name seen alone when it fits every full name of that
+        entity (the fullest spelling becomes the name), as the resolver's rules do."""
         key = normalize_name(surface)
         if key not in self.entities:
             first = key.split()[0] if key else key
             if " " not in key:
-                matches = {v[0] for k, v in self.entities.items() if k.split()[0] == key}
+                matches = {v[0] for k, v in self.entities.items()
+                           if k.split()[0] == key and (" " not in k or proper_name(v[1]) or surface.islower())}
+            elif proper_name(surface) or first in self.entities and self.entities[first][1].islower():
+                matches = {v[0] for k, v in self.entities.items() if k == first
+                           and all(compatible(key, other) for other, (e, _) in self.entities.items()
+                                   if e == v[0] and " " in other)}
             else:
-                matches = {v[0] for k, v in self.entities.items() if k == first}
+                matches = set()
             if len(matches) == 1:
                 entity_id = next(iter(matches))
             else:
@@ -268,8 +280,7 @@ async def read_document(extractor: Extractor, text: str, said_on: dt.datetime, m
         for index, d in enumerate(drafts):
             views.append(ClaimView(f"{start}-{index}", d.claim_text, d.is_attributed, d.attributed_to, d.valid_from,
                                    d.valid_until, d.valid_precision, d.valid_kind, said_on))
-    aliases = frozenset(memory.entities)
-    results = await extractor.relations.normalize(views, aliases)  # type: ignore[attr-defined]
+    results = await extractor.relations.normalize(views, frozenset())  # type: ignore[attr-defined]
     for view, (drafts, _reason) in zip(views, results, strict=True):
         for draft in drafts:
             await _adjudicate(memory, view, draft)

@@ -15,10 +15,10 @@ import time
 
 from bench._common import Row
 from bench._extraction import (
-    CORPUS,
     HELDOUT,
     Extractor,
     Memory,
+    Scenario,
     Score,
     load_corpus,
     parse_extractor,
@@ -30,9 +30,9 @@ from bench._extraction import (
 from services.pipeline.domain import nlp
 
 
-async def _quality(extractor: Extractor, path=CORPUS) -> Score:
+async def _quality(extractor: Extractor, scenarios: list[Scenario]) -> Score:
     total = Score()
-    for scenario in load_corpus(path):
+    for scenario in scenarios:
         total.add(score(scenario, await run_scenario(extractor, scenario)))
     return total
 
@@ -59,12 +59,16 @@ async def run() -> list[Row]:
     rows: list[Row] = []
     scores = {}
     speeds = {}
-    heldout = {}
-    for extractor in (regex_extractor(), parse_extractor()):
-        scores[extractor.name] = await _quality(extractor)
-        heldout[extractor.name] = await _quality(extractor, HELDOUT)
-        speeds[extractor.name] = await _throughput(extractor)
+    heldout: dict[str, dict[str, Score]] = {}
+    # batches 1-2 were looked at while the extractor was changed; batch 3 was written and
+    # scored before any change for it: the honest estimate for unseen text
+    batches = {"held-out batches 1-2": [s for s in load_corpus(HELDOUT) if s.batch < 3],
+               "held-out batch 3": [s for s in load_corpus(HELDOUT) if s.batch >= 3]}
     corpus = load_corpus()
+    for extractor in (regex_extractor(), parse_extractor()):
+        scores[extractor.name] = await _quality(extractor, corpus)
+        heldout[extractor.name] = {b: await _quality(extractor, group) for b, group in batches.items()}
+        speeds[extractor.name] = await _throughput(extractor)
     for name in ("regex", "parse"):
         s = scores[name]
         mb_min, passes = speeds[name]
@@ -76,11 +80,12 @@ async def run() -> list[Row]:
             f"fact P={s.precision:.2f} R={s.recall:.2f} F1={s.f1:.2f}; windows exact={s.windows:.2f}; "
             f"clean labels={s.clean:.2f}; {mb_min:.2f} MB per CPU-minute ({passes} passes)",
             None if name == "regex" else rows[0].p50_ms))
-    for name in ("regex", "parse"):
-        s = heldout[name]
-        rows.append(Row(
-            "extraction", f"{name}{' (baseline)' if name == 'regex' else ''}: held-out batch, "
-            f"{len(load_corpus(HELDOUT))} scenarios", s.expected, 0.0, 0.0,
-            f"fact P={s.precision:.2f} R={s.recall:.2f} F1={s.f1:.2f}; windows exact={s.windows:.2f}; "
-            f"clean labels={s.clean:.2f}", None))
+    for batch, group in batches.items():
+        for name in ("regex", "parse"):
+            s = heldout[name][batch]
+            rows.append(Row(
+                "extraction", f"{name}{' (baseline)' if name == 'regex' else ''}: {batch}, "
+                f"{len(group)} scenarios", s.expected, 0.0, 0.0,
+                f"fact P={s.precision:.2f} R={s.recall:.2f} F1={s.f1:.2f}; windows exact={s.windows:.2f}; "
+                f"clean labels={s.clean:.2f}", None))
     return rows

@@ -14,6 +14,7 @@ the same embedder. Set ``TESTAMENT_EMBEDDING_PROVIDER`` to compare embedders.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 import uuid
@@ -33,6 +34,9 @@ from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 
 LATENCY_QUERIES = 120
+FIRST_STAGE = "claims_and_sources, 1st stage only"
+HALVES = ("baseline: Okapi BM25, raw units", "baseline: dense, raw units", "chunks alone, bm25",
+          "claims_and_sources_context", FIRST_STAGE, "combined_context")
 FILLER_COPIES = 10  # 6 conversations x 10 copies: ~5k turns and blocks with the labelled set
 
 
@@ -130,12 +134,23 @@ async def run() -> list[Row]:
             started = time.perf_counter()
             systems = await quality.testament_rankings(retrieval, Primitives(retrieval), caller, questions,
                                                        quality.UnitMap(docs))
+            # The same operation without the second fusion stage, for the same-run comparison.
+            first = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, dense=0.0,
+                                                                              coverage=0.0))
+            systems[FIRST_STAGE] = (await quality.testament_rankings(
+                first, Primitives(first), caller, questions, quality.UnitMap(docs),
+                operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
             log(f"asked {len(questions)} questions of every system in {time.perf_counter() - started:.1f} s")
         finally:
             await db.close()
         results = {name: quality.summarise(questions, r) for name, r in {**baselines, **systems}.items()}
         print(quality.table(f"evidence recall on the labelled set ({embedder.model}, {len(questions)} questions, "
                             f"{len(units)} units)", results), flush=True)
+        for half, name in ((0, "even"), (1, "odd")):  # weights were chosen on the even half
+            part = questions[half::2]
+            print(quality.table(f"{name}-numbered questions ({len(part)})", {
+                system: quality.summarise(part, ranked) for system, ranked in {**baselines, **systems}.items()
+                if system in HALVES}), flush=True)
         bm25_r10 = results["baseline: Okapi BM25, raw units"]["all"].recall[10]  # type: ignore[index]
         dense_r10 = results["baseline: dense, raw units"]["all"].recall[10]  # type: ignore[index]
         for name in ("claims_and_sources_context", "combined_context", "facts_context"):

@@ -202,12 +202,12 @@ OPERATIONS = ("claims_and_sources_context", "facts_context", "combined_context")
 
 
 async def testament_rankings(retrieval: Any, primitives: Any, caller: Any, questions: Sequence[Question],
-                             units: UnitMap, *, operations: Sequence[str] = OPERATIONS
-                             ) -> dict[str, dict[str, list[str]]]:
+                             units: UnitMap, *, operations: Sequence[str] = OPERATIONS,
+                             channels: Sequence[tuple[str, str]] = CHANNELS) -> dict[str, dict[str, list[str]]]:
     """Per system (each channel alone, the fused operation, …) the ranked units of each question."""
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
     for q in questions:
-        for kind, channel in CHANNELS:
+        for kind, channel in channels:
             env = await primitives.search(caller, kind, q.text, DEPTH, channel)
             mapped = (units.of_claim(e) for e in env.evidence) if kind == "claim" else \
                 (units.of_chunk(c) for c in env.chunks)

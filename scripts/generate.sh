@@ -48,22 +48,33 @@ if [[ -d "$PY_OUT/testament" ]]; then
 fi
 
 # google/api and google/rpc are imported, not generated: at runtime they come
-# from the googleapis-common-protos package.
+# from the googleapis-common-protos package. buf/validate/validate.proto has no source
+# here: protoc reads the protovalidate wheel's descriptor (scripts/validate_descriptors.py),
+# and its Python module is generated beside ours (clients/python/buf/validate/), because
+# the wheel's own copy is for another protobuf runtime and every *_pb2 importing the
+# rules needs it in google.protobuf's pool.
+VALIDATE_SET="build/validate.binpb"
+"$PYTHON" scripts/validate_descriptors.py "$VALIDATE_SET"
+rm -rf "$PY_OUT/buf"
 # mypy-protobuf logs every file it writes to stderr; keep only real messages.
 protoc_log="$(mktemp)"
 trap 'rm -f "$protoc_log"' EXIT
 if ! PATH="$PWD/.venv/bin:$PATH" "$PYTHON" -m grpc_tools.protoc \
+  --descriptor_set_in="$VALIDATE_SET" \
   -I proto \
   -I third_party/googleapis \
   --python_out="$PY_OUT" \
   --grpc_python_out="$PY_OUT" \
   --mypy_out="$PY_OUT" \
   --mypy_grpc_out="$PY_OUT" \
-  "${protos[@]#proto/}" 2>"$protoc_log"; then
+  "${protos[@]#proto/}" buf/validate/validate.proto 2>"$protoc_log"; then
   cat "$protoc_log" >&2
   exit 1
 fi
 grep -v '^Writing mypy to ' "$protoc_log" >&2 || true
+rm -f "$PY_OUT"/buf/validate/validate_pb2_grpc.py*   # no services there
+: > "$PY_OUT/buf/__init__.py"
+: > "$PY_OUT/buf/validate/__init__.py"
 
 # Package markers for testament/<svc>/ and testament/<svc>/v1/ (never
 # testament/__init__.py, which is hand-written). Empty, created only if missing.
@@ -99,7 +110,10 @@ done
 # ---------------------------------------------------------------------------
 # TypeScript
 # ---------------------------------------------------------------------------
+# buf reads the image protoc builds (buf cannot compile validate.proto without its source);
+# --path keeps the targets to Testament's files, include_imports adds what they import.
 rm -rf "$TS_OUT"
-"$BUF" generate
+bash scripts/proto_image.sh build/proto.binpb
+"$BUF" generate build/proto.binpb --path testament
 
 echo "generated: $(find "$PY_OUT/testament" -path '*/__pycache__' -prune -o -name '*_pb2*.py*' -print | wc -l | tr -d ' ') Python files, $(find "$TS_OUT" -name '*.ts' | wc -l | tr -d ' ') TypeScript files"

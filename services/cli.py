@@ -7,8 +7,8 @@
     testament keys create --scope read|ingest|write [--space S] [--principal P ...] [--trusted]
     testament keys list [--space S] | revoke CREDENTIAL_ID_OR_PREFIX
     testament spaces create SLUG [--name N] | list
-    testament ops dead-letters | replay WORK_ID | resume-no-route | inspect | reembed [--space-id ID]
-    testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID
+    testament ops dead-letters | replay WORK_ID | resume-no-route | inspect | reextract VERSION_ID | reembed
+    testament ops merges list [--status S] | apply PROPOSAL_ID | revert PROPOSAL_ID   (PipelineService, gRPC)
     testament mcp [--read-only] [--transport stdio|http] [--bind 127.0.0.1:8765] [--api-url URL]
     testament queries list | author NS NAME --sql SQL --author P | approve ID --approver P | disable ID
 
@@ -168,127 +168,6 @@ def _cmd_spaces_list(args: argparse.Namespace) -> int:
     return _credentials_command(lambda c: c.list_spaces())
 
 
-def _cmd_ops(args: argparse.Namespace) -> int:
-    """Operator commands read and change the queue directly in PostgreSQL (like `remember ops`)."""
-    import datetime as dt
-    import uuid
-
-    from services.pipeline.adapters.queue import PgQueue
-    from services.platform.db import Database
-
-    async def run() -> dict[str, object]:
-        db = await Database.connect(_require_dsn(), min_size=1, max_size=2)
-        settings = load_settings()
-        queue = PgQueue(db, owner="testament-ops", lease_s=settings.worker_lease_s,
-                        backoff_base_s=settings.work_retry_backoff_base_s,
-                        backoff_max_s=settings.work_retry_backoff_max_s, max_attempts=settings.work_max_attempts)
-        try:
-            if args.ops_command == "dead-letters":
-                rows = await db.fetch(
-                    """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.unit_key, w.attempts, w.error_class,
-                              w.last_error, w.updated_at
-                         FROM work_units w JOIN document_versions v USING (version_id)
-                        WHERE w.status = 'dead_letter' ORDER BY w.updated_at DESC LIMIT $1""", args.limit)
-                total = await db.fetchval("SELECT count(*) FROM work_units WHERE status = 'dead_letter'")
-                return {"total": total, "items": [{k: (str(v) if isinstance(v, uuid.UUID | dt.datetime) else v)
-                                                   for k, v in dict(r).items()} for r in rows]}
-            if args.ops_command == "replay":
-                not_before = dt.datetime.fromisoformat(args.not_before) if args.not_before else None
-                replay = await queue.replay(uuid.UUID(args.work_id), attempts=args.attempts, not_before=not_before,
-                                            space_id=None)
-                row = replay.row
-                if row is None:
-                    why = {"unknown": "no such work unit", "not_dead_letter": "it is not dead-lettered",
-                           "version_deleted": "its document was deleted"}[replay.outcome]
-                    raise SystemExit(f"testament ops replay: cannot replay {args.work_id}: {why}")
-                return {"work_id": str(row["work_id"]), "stage": row["stage"], "max_attempts": row["max_attempts"],
-                        "not_before": row["not_before"].isoformat()}
-            if args.ops_command == "reextract":
-                generation = await queue.reextract(uuid.UUID(args.version_id), None)
-                if generation is None:
-                    raise SystemExit(f"testament ops reextract: version {args.version_id} has no finished "
-                                     "extraction to redo (unknown, deleted or still processing)")
-                return {"version_id": args.version_id, "generation": generation}
-            if args.ops_command == "resume-no-route":
-                released = await queue.resume_no_route(set(settings.conversion_routes), None)
-                return {"released": [str(v) for v in released]}
-            rows = await db.fetch(
-                """SELECT stage, status, coalesce(defer_reason, '') AS defer_reason, count(*) AS n
-                     FROM work_units GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
-            return {"routes": [dict(r) for r in rows]}
-        finally:
-            await db.close()
-
-    print(json.dumps(asyncio.run(run())))
-    return 0
-
-
-def _cmd_ops_reembed(args: argparse.Namespace) -> int:
-    """Recompute every vector of a space with the configured embedder, switching in one transaction."""
-    import uuid
-
-    from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
-    from services.platform.db import Database
-    from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
-
-    settings = load_settings()
-
-    async def run() -> dict[str, object]:
-        try:
-            provider = provider_from_settings(settings)
-            await warm_up(provider)
-        except (ValueError, EmbeddingUnavailable) as exc:
-            raise SystemExit(f"testament ops reembed: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
-        db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
-        try:
-            async with db.acquire() as conn:
-                space = (uuid.UUID(args.space_id) if args.space_id else
-                         await conn.fetchval("SELECT space_id FROM spaces WHERE is_default"))
-                if space is None or not await conn.fetchval("SELECT 1 FROM spaces WHERE space_id = $1", space):
-                    raise SystemExit(f"testament ops reembed: no space {args.space_id}")
-
-                def progress(table: str, done: int) -> None:
-                    print(f"  {table}: {done}", file=sys.stderr, flush=True)
-                try:
-                    return await reembed_space(conn, space, provider.embed, provider.model,
-                                               batch=settings.embed_batch_size, progress=progress)
-                except ReembedRefused as exc:
-                    raise SystemExit(f"testament ops reembed: {exc}") from None
-        finally:
-            await db.close()
-
-    print(json.dumps(asyncio.run(run())))
-    return 0
-
-
-def _cmd_ops_merges(args: argparse.Namespace) -> int:
-    """Merge proposals, read and changed directly in PostgreSQL. Applying is a reversible redirect."""
-    import uuid
-
-    from services.pipeline.adapters import merges
-    from services.platform.db import Database
-
-    async def run() -> tuple[int, dict[str, object]]:
-        db = await Database.connect(_require_dsn(), min_size=1, max_size=1)
-        try:
-            if args.merges_command == "list":
-                items = await merges.list_proposals(db, status=args.status, limit=args.limit)
-                return 0, {"total": len(items), "items": items}
-            proposal_id = uuid.UUID(args.proposal_id)
-            change = merges.apply if args.merges_command == "apply" else merges.revert
-            try:
-                return 0, await db.unit_of_work(lambda conn: change(conn, proposal_id),
-                                                what=f"merges {args.merges_command}")
-            except merges.MergeRefused as exc:
-                return 1, {"proposal_id": str(proposal_id), "refused": exc.reason, "detail": exc.detail}
-        finally:
-            await db.close()
-
-    code, document = asyncio.run(run())
-    print(json.dumps(document))
-    return code
-
-
 def _cmd_check_acl_exposure(args: argparse.Namespace) -> int:
     from services.platform.db import Database
     from services.retrieval.exposure import check
@@ -399,31 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     p_screate.set_defaults(func=_cmd_spaces_create)
     spaces_sub.add_parser("list", help="every space").set_defaults(func=_cmd_spaces_list)
 
-    p_ops = sub.add_parser("ops", help="operate the work queue (reads PostgreSQL directly)")
-    ops_sub = p_ops.add_subparsers(dest="ops_command", required=True)
-    p_dead = ops_sub.add_parser("dead-letters", help="list dead-lettered work")
-    p_dead.add_argument("--limit", type=int, default=20)
-    p_replay = ops_sub.add_parser("replay", help="replay one dead-lettered unit")
-    p_replay.add_argument("work_id")
-    p_replay.add_argument("--attempts", type=int, default=None)
-    p_replay.add_argument("--not-before", default=None, help="ISO 8601 instant")
-    ops_sub.add_parser("resume-no-route", help="release parked work whose MIME type now has a route")
-    p_reextract = ops_sub.add_parser("reextract", help="read a version again with the configured extractor")
-    p_reextract.add_argument("version_id")
-    ops_sub.add_parser("inspect", help="queue counts by stage, status and defer reason")
-    p_reembed = ops_sub.add_parser("reembed", help="re-embed a space with the configured embedding model "
-                                   "(all vectors switch in one transaction)")
-    p_reembed.add_argument("--space-id", help="the space (default: the default space)")
-    p_reembed.set_defaults(func=_cmd_ops_reembed)
-    p_ops.set_defaults(func=_cmd_ops)
-    p_merges = ops_sub.add_parser("merges", help="entity merge proposals: list, apply, revert")
-    merges_sub = p_merges.add_subparsers(dest="merges_command", required=True)
-    p_mlist = merges_sub.add_parser("list", help="list merge proposals")
-    p_mlist.add_argument("--status", choices=["proposed", "applied", "reverted", "rejected"], default=None)
-    p_mlist.add_argument("--limit", type=int, default=100)
-    merges_sub.add_parser("apply", help="apply one proposal (a redirect with a snapshot)").add_argument("proposal_id")
-    merges_sub.add_parser("revert", help="revert an applied proposal from its snapshot").add_argument("proposal_id")
-    p_merges.set_defaults(func=_cmd_ops_merges)
+    from services import ops
+
+    ops.register(sub)
 
     p_exposure = sub.add_parser("check-acl-exposure",
                                 help="measure the recall an ACL post-filter loses on this database (read-only)")

@@ -15,12 +15,15 @@ from services.graph.domain import (
     GraphResult,
     Node,
     citation_query,
+    clock_problems,
     expand_query,
     neighborhood_query,
     path_query,
 )
 from services.platform.auth import Caller, require_caller
+from services.platform.errors import FieldViolation
 from services.platform.replica import fresh_as_of
+from services.platform.validation import also_check
 from services.platform.wire import optional, timestamp
 
 _PRECISION = {
@@ -106,6 +109,15 @@ def envelope(result: GraphResult, redact: Redact = lambda text: text) -> types_p
         if result.negative.workaround is not None:
             env.negative.workaround = result.negative.workaround
     return env
+
+
+def _clock_problems(request: graph_pb2.NeighborhoodRequest | graph_pb2.PathRequest) -> list[FieldViolation]:
+    return clock_problems(optional(request, "valid_at"), optional(request, "believed_at"))
+
+
+# A 422 lists every bad field at once: the clocks beside the contract's broken rules.
+also_check(graph_pb2.NeighborhoodRequest, _clock_problems)
+also_check(graph_pb2.PathRequest, _clock_problems)
 
 
 class GraphServicer(graph_pb2_grpc.GraphServiceServicer):

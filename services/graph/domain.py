@@ -18,23 +18,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from services.platform.errors import FieldViolation, ValidationFailed
-from services.platform.values import bounded_int, collect, parse_uuid
 
 # --------------------------------------------------------------------------------------
 # arguments
 # --------------------------------------------------------------------------------------
 
-NEIGHBORHOOD_HOPS = (1, 4, 2)  # (min, max, default)
-PATH_MAX_HOPS = (1, 6, 4)
-CITATION_MAX_HOPS = (1, 6, 6)
-EXPAND_HOPS = (1, 2)
-LIMIT = (1, 500, 500)
-MAX_PREDICATES = 100
-MAX_PREDICATE_CHARS = 200
-MAX_CONTINUATION_CHARS = 200
+# Defaults of the request fields; their bounds, lengths and formats are the contract's
+# buf.validate rules (graph.proto), checked before the servicer runs.
+NEIGHBORHOOD_HOPS = 2
+PATH_MAX_HOPS = 4
+CITATION_MAX_HOPS = 6
+LIMIT = 500
 MAX_PATHS = 10
 EXPAND_CAP = 20
-MAX_ANCHORS = 19
 
 StopReason = Literal["expansion_budget", "frontier_budget", "time_budget"]
 TruncationReason = Literal["result_budget", "expansion_budget", "frontier_budget", "time_budget"]
@@ -84,10 +80,10 @@ class AppliedClocks:
 @dataclass(frozen=True)
 class NeighborhoodQuery:
     entity_id: uuid.UUID
-    hops: int = NEIGHBORHOOD_HOPS[2]
+    hops: int = NEIGHBORHOOD_HOPS
     predicates: tuple[str, ...] = ()
     clocks: Clocks = Clocks()
-    limit: int = LIMIT[2]
+    limit: int = LIMIT
     continuation: str | None = None
     include_paths: bool = False
 
@@ -96,7 +92,7 @@ class NeighborhoodQuery:
 class PathQuery:
     from_entity_id: uuid.UUID
     to_entity_id: uuid.UUID
-    max_hops: int = PATH_MAX_HOPS[2]
+    max_hops: int = PATH_MAX_HOPS
     predicates: tuple[str, ...] = ()
     clocks: Clocks = Clocks()
 
@@ -105,7 +101,7 @@ class PathQuery:
 class CitationQuery:
     from_doc_id: uuid.UUID
     to_doc_id: uuid.UUID
-    max_hops: int = CITATION_MAX_HOPS[2]
+    max_hops: int = CITATION_MAX_HOPS
 
 
 @dataclass(frozen=True)
@@ -116,45 +112,7 @@ class ExpandQuery:
     valid_at: dt.datetime | None = None
 
 
-# --- violations, in the pydantic/FastAPI wording --------------------------------------
-
-
-def _missing(name: str) -> FieldViolation:
-    return FieldViolation(name, "Field required", "missing", None)
-
-
-def _uuid(name: str, raw: str | None, problems: list[FieldViolation]) -> uuid.UUID | None:
-    if raw is None or raw == "":
-        problems.append(_missing(name))
-        return None
-    return collect(problems, parse_uuid, name, raw)
-
-
-def _bounded(name: str, raw: int | None, bounds: tuple[int, int], default: int,
-             problems: list[FieldViolation]) -> int:
-    value = collect(problems, bounded_int, name, raw, default, *bounds)
-    return default if value is None else value
-
-
-def _text(name: str, raw: str, *, low: int, high: int, problems: list[FieldViolation]) -> None:
-    if len(raw) < low:
-        problems.append(FieldViolation(name, f"String should have at least {low} character", "string_too_short",
-                                       raw, {"min_length": low}))
-    elif len(raw) > high:
-        problems.append(FieldViolation(name, f"String should have at most {high} characters", "string_too_long",
-                                       raw, {"max_length": high}))
-
-
-def _predicates(raw: Sequence[str], problems: list[FieldViolation]) -> tuple[str, ...]:
-    items = list(raw)
-    if len(items) > MAX_PREDICATES:
-        problems.append(FieldViolation(
-            "predicates", f"List should have at most {MAX_PREDICATES} items after validation, not {len(items)}",
-            "too_long", items, {"field_type": "List", "max_length": MAX_PREDICATES, "actual_length": len(items)}))
-        return ()
-    for index, item in enumerate(items):
-        _text(f"predicates.{index}", item, low=1, high=MAX_PREDICATE_CHARS, problems=problems)
-    return tuple(dict.fromkeys(items))  # [] = every predicate; duplicates change nothing
+# --- the checks that are not field rules: the clocks, in the pydantic/FastAPI wording ---
 
 
 def parse_utc(name: str, raw: str, problems: list[FieldViolation]) -> dt.datetime | None:
@@ -178,6 +136,13 @@ def parse_utc(name: str, raw: str, problems: list[FieldViolation]) -> dt.datetim
 PAIR_MESSAGE = "Value error, valid_at and believed_at must be given together"
 
 
+def clock_problems(valid_at: str | None, believed_at: str | None) -> list[FieldViolation]:
+    """What is wrong with a request's clock pair (empty when nothing is)."""
+    problems: list[FieldViolation] = []
+    _clocks(valid_at, believed_at, problems)
+    return problems
+
+
 def _clocks(valid_at: str | None, believed_at: str | None, problems: list[FieldViolation]) -> Clocks:
     if (valid_at is None) != (believed_at is None):
         absent = "believed_at" if believed_at is None else "valid_at"
@@ -194,63 +159,42 @@ def _raise(problems: list[FieldViolation]) -> None:
         raise ValidationFailed(problems)
 
 
-def neighborhood_query(*, entity_id: str | None, hops: int | None = None, predicates: Sequence[str] = (),
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def neighborhood_query(*, entity_id: str, hops: int | None = None, predicates: Sequence[str] = (),
                        valid_at: str | None = None, believed_at: str | None = None, limit: int | None = None,
                        continuation: str | None = None, include_paths: bool | None = None) -> NeighborhoodQuery:
+    """The walk a request asks for; its fields already passed the contract's rules."""
     problems: list[FieldViolation] = []
-    start = _uuid("entity_id", entity_id, problems)
-    depth = _bounded("hops", hops, NEIGHBORHOOD_HOPS[:2], NEIGHBORHOOD_HOPS[2], problems)
-    preds = _predicates(predicates, problems)
     clocks = _clocks(valid_at, believed_at, problems)
-    size = _bounded("limit", limit, LIMIT[:2], LIMIT[2], problems)
-    if continuation is not None and len(continuation) > MAX_CONTINUATION_CHARS:
-        _text("continuation", continuation, low=0, high=MAX_CONTINUATION_CHARS, problems=problems)
     _raise(problems)
-    assert start is not None
-    return NeighborhoodQuery(start, depth, preds, clocks, size, continuation or None, bool(include_paths))
+    return NeighborhoodQuery(uuid.UUID(entity_id), _or(hops, NEIGHBORHOOD_HOPS), _distinct(predicates), clocks,
+                             _or(limit, LIMIT), continuation or None, bool(include_paths))
 
 
-def path_query(*, from_entity_id: str | None, to_entity_id: str | None, max_hops: int | None = None,
+def _distinct(predicates: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(predicates))  # [] = every predicate; duplicates change nothing
+
+
+def path_query(*, from_entity_id: str, to_entity_id: str, max_hops: int | None = None,
                predicates: Sequence[str] = (), valid_at: str | None = None,
                believed_at: str | None = None) -> PathQuery:
     problems: list[FieldViolation] = []
-    source = _uuid("from_entity_id", from_entity_id, problems)
-    target = _uuid("to_entity_id", to_entity_id, problems)
-    depth = _bounded("max_hops", max_hops, PATH_MAX_HOPS[:2], PATH_MAX_HOPS[2], problems)
-    preds = _predicates(predicates, problems)
     clocks = _clocks(valid_at, believed_at, problems)
     _raise(problems)
-    assert source is not None and target is not None
-    return PathQuery(source, target, depth, preds, clocks)
+    return PathQuery(uuid.UUID(from_entity_id), uuid.UUID(to_entity_id), _or(max_hops, PATH_MAX_HOPS),
+                     _distinct(predicates), clocks)
 
 
-def citation_query(*, from_doc_id: str | None, to_doc_id: str | None, max_hops: int | None = None) -> CitationQuery:
-    problems: list[FieldViolation] = []
-    source = _uuid("from_doc_id", from_doc_id, problems)
-    target = _uuid("to_doc_id", to_doc_id, problems)
-    depth = _bounded("max_hops", max_hops, CITATION_MAX_HOPS[:2], CITATION_MAX_HOPS[2], problems)
-    _raise(problems)
-    assert source is not None and target is not None
-    return CitationQuery(source, target, depth)
+def citation_query(*, from_doc_id: str, to_doc_id: str, max_hops: int | None = None) -> CitationQuery:
+    return CitationQuery(uuid.UUID(from_doc_id), uuid.UUID(to_doc_id), _or(max_hops, CITATION_MAX_HOPS))
 
 
 def expand_query(*, anchors: Sequence[str], hops: int, predicate: str | None = None,
                  valid_at: dt.datetime | None = None) -> ExpandQuery:
-    problems: list[FieldViolation] = []
-    if not anchors:
-        problems.append(FieldViolation("anchor_entity_ids", "List should have at least 1 item after validation, not 0",
-                                       "too_short", [], {"field_type": "List", "min_length": 1, "actual_length": 0}))
-    elif len(anchors) > MAX_ANCHORS:
-        problems.append(FieldViolation(
-            "anchor_entity_ids", f"List should have at most {MAX_ANCHORS} items after validation, not {len(anchors)}",
-            "too_long", list(anchors),
-            {"field_type": "List", "max_length": MAX_ANCHORS, "actual_length": len(anchors)}))
-    ids = [_uuid(f"anchor_entity_ids.{i}", raw, problems) for i, raw in enumerate(anchors)]
-    _bounded("hops", hops, EXPAND_HOPS, EXPAND_HOPS[0], problems)
-    if predicate is not None:
-        _text("predicate", predicate, low=1, high=MAX_PREDICATE_CHARS, problems=problems)
-    _raise(problems)
-    unique = tuple(dict.fromkeys(i for i in ids if i is not None))
+    unique = tuple(dict.fromkeys(uuid.UUID(raw) for raw in anchors))
     when = valid_at.astimezone(dt.UTC) if valid_at is not None else None
     return ExpandQuery(unique, hops, predicate, when)
 

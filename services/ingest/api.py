@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from services.ingest.domain import (
 )
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, InvalidArgument, ValidationFailed
-from services.platform.values import DEFER_REASON, STAGE_STATUS, parse_uuid
+from services.platform.values import DEFER_REASON, STAGE_STATUS
 from services.platform.wire import optional, timestamp
 
 _MODES = {ingest_pb2.VERSIONING_MODE_SNAPSHOT: "snapshot", ingest_pb2.VERSIONING_MODE_LIVING: "living"}
@@ -109,7 +110,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
 
     async def DeleteDocument(self, request: ingest_pb2.DeleteDocumentRequest,
                              context: grpc.aio.ServicerContext) -> ingest_pb2.DeleteDocumentResponse:
-        deletion = await self.service.delete_document(require_caller(), parse_uuid("doc_id", request.doc_id))
+        deletion = await self.service.delete_document(require_caller(), uuid.UUID(request.doc_id))
         return ingest_pb2.DeleteDocumentResponse(
             doc_id=str(deletion.doc_id), deleted_at=timestamp(deletion.deleted_at),
             claims_retired=deletion.claims_retired, relations_closed=deletion.relations_closed,

@@ -1,37 +1,43 @@
-"""PipelineService servicer: dead letters, replay, parked work, queue counts, cost receipts.
+"""PipelineService servicer: dead letters, replay, parked work, queue counts, cost receipts,
+re-extraction, re-embedding and entity merges (everything `testament ops` does).
 
-Every operation is confined to the caller's space.
+Every operation is confined to the caller's space. Field limits and formats are the
+contract's buf.validate rules, checked before these methods run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
+from typing import Any
 
 import grpc
 from testament.common.v1 import stage_pb2
 from testament.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 
+from services.pipeline.adapters import merges
 from services.pipeline.adapters.queue import PgQueue
+from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
 from services.platform.auth import require_caller
-from services.platform.db import Database
-from services.platform.errors import Conflict, FieldViolation, NotFound, ValidationFailed
+from services.platform.db import Database, request_deadline
+from services.platform.embeddings import EmbeddingProvider, EmbeddingUnavailable
+from services.platform.errors import Conflict, NotFound, Unavailable
 from services.platform.values import (
     DEFER_REASON,
     STAGE_STATUS,
-    bounded_int,
     cursor_instant,
     cursor_uuid,
     decode_cursor,
     encode_cursor,
-    parse_uuid,
 )
 from services.platform.wire import optional, timestamp
 
-# ReplayDeadLetterRequest.attempts: 1-10 (the contract).
-MAX_REPLAY_ATTEMPTS = 10
-# ListDeadLettersRequest.limit: default 50, 1-200 (the contract).
-DEAD_LETTER_PAGE, DEAD_LETTER_PAGE_MAX = 50, 200
+# Defaults of the page sizes whose bounds the contract's rules hold.
+DEAD_LETTER_PAGE, COST_RECEIPT_PAGE, MERGE_PAGE = 50, 100, 100
+MERGE_STATUS = {"proposed": pipeline_pb2.MERGE_STATUS_PROPOSED, "applied": pipeline_pb2.MERGE_STATUS_APPLIED,
+                "reverted": pipeline_pb2.MERGE_STATUS_REVERTED, "rejected": pipeline_pb2.MERGE_STATUS_REJECTED}
+MERGE_STATUS_NAME = {number: name for name, number in MERGE_STATUS.items()}
 
 
 def _after(raw: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
@@ -42,18 +48,41 @@ def _after(raw: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
     return cursor_instant(data["t"]), cursor_uuid(data["i"])
 
 
+def _merge_refusal(refused: merges.MergeRefused) -> Exception:
+    if refused.reason == "unknown_proposal":
+        return NotFound("no merge proposal with that id", reason="MERGE_PROPOSAL_NOT_FOUND")
+    if refused.reason == "chain":
+        return Conflict(refused.detail, reason="MERGE_CHAIN")
+    if refused.reason == "too_many_facts":
+        return Conflict(refused.detail, reason="MERGE_TOO_LARGE")
+    return Conflict(refused.detail, reason="MERGE_NOT_APPLICABLE")  # not_applicable, not_applied
+
+
+def _merge_change(change: dict[str, Any]) -> pipeline_pb2.MergeChange:
+    reply = pipeline_pb2.MergeChange(proposal_id=change["proposal_id"], status=MERGE_STATUS[change["status"]],
+                                     survivor_id=change["survivor_id"], absorbed_id=change["absorbed_id"],
+                                     facts=change["facts"], aliases=change["aliases"])
+    for name in ("mentions", "facts_still_pointing"):
+        if name in change:
+            setattr(reply, name, change[name])
+    return reply
+
+
 class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
-    def __init__(self, db: Database, queue: PgQueue, routes: set[str]) -> None:
+    def __init__(self, db: Database, queue: PgQueue, routes: set[str], embeddings: EmbeddingProvider,
+                 embed_batch: int) -> None:
         self.db = db
         self.queue = queue
         self.routes = routes
+        self.embeddings = embeddings
+        self.embed_batch = embed_batch
 
     async def ListDeadLetters(self, request: pipeline_pb2.ListDeadLettersRequest,
                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ListDeadLettersResponse:
         caller = require_caller()
-        limit = bounded_int("limit", optional(request, "limit"), DEAD_LETTER_PAGE, 1, DEAD_LETTER_PAGE_MAX)
+        limit = optional(request, "limit", DEAD_LETTER_PAGE)
         after = _after(optional(request, "cursor"))
-        version = parse_uuid("version_id", request.version_id) if request.HasField("version_id") else None
+        version = uuid.UUID(request.version_id) if request.HasField("version_id") else None
         rows = await self.db.fetch(
             """SELECT w.work_id, v.doc_id, w.version_id, w.stage, w.component_version, w.attempts, w.last_error,
                       w.updated_at
@@ -82,13 +111,8 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def ReplayDeadLetter(self, request: pipeline_pb2.ReplayDeadLetterRequest,
                                context: grpc.aio.ServicerContext) -> pipeline_pb2.ReplayDeadLetterResponse:
         caller = require_caller()
-        work_id = parse_uuid("work_unit_id", request.work_unit_id)
-        attempts = request.attempts if request.HasField("attempts") else None
-        if attempts is not None and not 1 <= attempts <= MAX_REPLAY_ATTEMPTS:
-            bound = ("greater_than_equal", "at least 1", {"ge": 1}) if attempts < 1 else (
-                "less_than_equal", f"at most {MAX_REPLAY_ATTEMPTS}", {"le": MAX_REPLAY_ATTEMPTS})
-            raise ValidationFailed([FieldViolation("attempts", f"Input should be {bound[1]}", bound[0], attempts,
-                                                   bound[2])])
+        work_id = uuid.UUID(request.work_unit_id)
+        attempts = optional(request, "attempts")
         not_before = request.not_before.ToDatetime(dt.UTC) if request.HasField("not_before") else None
         replay = await self.queue.replay(work_id, attempts=attempts, not_before=not_before, space_id=caller.space_id)
         if replay.outcome == "unknown":
@@ -133,7 +157,7 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def ListCostReceipts(self, request: pipeline_pb2.ListCostReceiptsRequest,
                                context: grpc.aio.ServicerContext) -> pipeline_pb2.ListCostReceiptsResponse:
         caller = require_caller()
-        limit = bounded_int("limit", optional(request, "limit"), 100, 1, 500)
+        limit = optional(request, "limit", COST_RECEIPT_PAGE)
         after = _after(optional(request, "cursor"))
         now = dt.datetime.now(dt.UTC)
         horizon = now - dt.timedelta(seconds=60)  # receipts younger than this may still be arriving
@@ -167,3 +191,74 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
             last = rows[limit - 1]
             reply.next_cursor = encode_cursor({"t": last["occurred_at"].isoformat(), "i": str(last["call_id"])})
         return reply
+
+    async def ReextractVersion(self, request: pipeline_pb2.ReextractVersionRequest,
+                               context: grpc.aio.ServicerContext) -> pipeline_pb2.ReextractVersionResponse:
+        caller = require_caller()
+        generation = await self.queue.reextract(uuid.UUID(request.version_id), caller.space_id)
+        if generation is None:
+            raise Conflict("the version has no finished extraction to redo (unknown, deleted or still processing)",
+                           reason="NOTHING_TO_REEXTRACT")
+        return pipeline_pb2.ReextractVersionResponse(version_id=request.version_id, generation=generation)
+
+    async def ReembedSpace(self, request: pipeline_pb2.ReembedSpaceRequest,
+                           context: grpc.aio.ServicerContext) -> pipeline_pb2.ReembedSpaceResponse:
+        caller = require_caller()
+        # The whole space is embedded again: the caller's own deadline bounds it, not the
+        # server's default one (the contract says so).
+        left = context.time_remaining()
+        token = request_deadline.set(None if left is None else asyncio.get_running_loop().time() + left)
+        try:
+            async with self.db.acquire() as conn:
+                done = await reembed_space(conn, caller.space_id, self.embeddings.embed, self.embeddings.model,
+                                           batch=self.embed_batch)
+        except ReembedRefused as exc:
+            raise Conflict(str(exc), reason="REEMBED_BUSY") from None
+        except EmbeddingUnavailable as exc:
+            raise Unavailable(f"the embedding model failed: {exc}", reason="MODEL_PROVIDER_UNAVAILABLE",
+                              retry_after_s=1) from None
+        finally:
+            request_deadline.reset(token)
+        reply = pipeline_pb2.ReembedSpaceResponse(space_id=done["space_id"], model=done["model"],
+                                                  reembedded=done["reembedded"])
+        if done["previous_model"] is not None:
+            reply.previous_model = done["previous_model"]
+        if "dimension" in done:
+            reply.dimension = done["dimension"]
+        return reply
+
+    async def ListMergeProposals(self, request: pipeline_pb2.ListMergeProposalsRequest,
+                                 context: grpc.aio.ServicerContext) -> pipeline_pb2.ListMergeProposalsResponse:
+        caller = require_caller()
+        status = MERGE_STATUS_NAME[request.status] if request.HasField("status") else None
+        rows = await merges.list_proposals(self.db, caller.space_id, status=status,
+                                           limit=optional(request, "limit", MERGE_PAGE))
+        reply = pipeline_pb2.ListMergeProposalsResponse()
+        for r in rows:
+            item = reply.proposals.add(proposal_id=str(r["proposal_id"]), survivor_id=str(r["survivor_id"]),
+                                       survivor_name=r["survivor_name"], absorbed_id=str(r["absorbed_id"]),
+                                       absorbed_name=r["absorbed_name"], score=float(r["score"]),
+                                       status=MERGE_STATUS[r["status"]], created_at=timestamp(r["created_at"]))
+            for name in ("applied_at", "reverted_at"):
+                if r[name] is not None:
+                    getattr(item, name).CopyFrom(timestamp(r[name]))
+        return reply
+
+    async def _merge_change(self, raw_id: str, change: Any, what: str) -> pipeline_pb2.MergeChange:
+        caller = require_caller()
+        proposal = uuid.UUID(raw_id)
+        try:
+            done = await self.db.unit_of_work(lambda conn: change(conn, proposal, caller.space_id), what=what)
+        except merges.MergeRefused as refused:
+            raise _merge_refusal(refused) from None
+        return _merge_change(done)
+
+    async def ApplyMerge(self, request: pipeline_pb2.ApplyMergeRequest,
+                         context: grpc.aio.ServicerContext) -> pipeline_pb2.ApplyMergeResponse:
+        change = await self._merge_change(request.proposal_id, merges.apply, "apply a merge")
+        return pipeline_pb2.ApplyMergeResponse(change=change)
+
+    async def RevertMerge(self, request: pipeline_pb2.RevertMergeRequest,
+                          context: grpc.aio.ServicerContext) -> pipeline_pb2.RevertMergeResponse:
+        change = await self._merge_change(request.proposal_id, merges.revert, "revert a merge")
+        return pipeline_pb2.RevertMergeResponse(change=change)

@@ -82,8 +82,8 @@ async def build(settings: Settings) -> ServiceSpec:
         name="pipeline",
         port=settings.port_for("pipeline"),
         servicers=[
-            Servicer(SERVICE_FULL_NAMES["pipeline"], PipelineServicer(platform.db, queue,
-                                                                      set(settings.conversion_routes))),
+            Servicer(SERVICE_FULL_NAMES["pipeline"], PipelineServicer(
+                platform.db, queue, set(settings.conversion_routes), embeddings, settings.embed_batch_size)),
             platform.deployment,
         ],
         authenticator=platform.authenticator,

@@ -42,9 +42,26 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32)
+    """Layer norm of the rows of a 2-D float32 ``x``, in place (callers pass a temporary)."""
+    x -= x.mean(axis=-1, keepdims=True)
+    scale = np.einsum("ij,ij->i", x, x)
+    scale /= np.float32(x.shape[-1])
+    scale += np.float32(eps)
+    np.sqrt(scale, out=scale)
+    np.reciprocal(scale, out=scale)
+    x *= scale[:, None]
+    x *= weight
+    x += bias
+    return x
+
+
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    """``x @ w + b (+ residual)`` with one new array: the sums land in the product's memory."""
+    out = x @ w
+    out += b
+    if residual is not None:
+        out += residual
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,7 @@ class BertEncoder:
         bias = ((1.0 - mask[:, None, None, :]) * np.float32(-1e9)).astype(np.float32)
         scale = np.float32(1.0 / np.sqrt(size))
         for layer in self.layers:
-            qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(batch, length, 3, heads, size)
+            qkv = _affine(x, layer.qkv_w, layer.qkv_b).reshape(batch, length, 3, heads, size)
             q = np.ascontiguousarray(qkv[:, :, 0].transpose(0, 2, 1, 3))  # (B, h, L, d)
             k = np.ascontiguousarray(qkv[:, :, 1].transpose(0, 2, 3, 1))  # (B, h, d, L)
             v = np.ascontiguousarray(qkv[:, :, 2].transpose(0, 2, 1, 3))
@@ -126,9 +143,9 @@ class BertEncoder:
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
-            x = _layer_norm(x + context @ layer.out_w + layer.out_b, layer.ln1_w, layer.ln1_b, self.eps)
-            up = _gelu(x @ layer.up_w + layer.up_b)
-            x = _layer_norm(x + up @ layer.down_w + layer.down_b, layer.ln2_w, layer.ln2_b, self.eps)
+            x = _layer_norm(_affine(context, layer.out_w, layer.out_b, x), layer.ln1_w, layer.ln1_b, self.eps)
+            up = _gelu(_affine(x, layer.up_w, layer.up_b))
+            x = _layer_norm(_affine(up, layer.down_w, layer.down_b, x), layer.ln2_w, layer.ln2_b, self.eps)
         x = x.reshape(batch, length, hidden)
         summed = (x * mask[:, :, None]).sum(axis=1)
         pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)

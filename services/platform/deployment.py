@@ -13,12 +13,10 @@ from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.errors import (
     AlreadyExists,
-    FieldViolation,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     Unavailable,
-    ValidationFailed,
 )
 from services.platform.wire import timestamp
 
@@ -122,11 +120,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServiceServicer):
     async def RevokeKey(
         self, request: deployment_pb2.RevokeKeyRequest, context: grpc.aio.ServicerContext
     ) -> deployment_pb2.RevokeKeyResponse:
-        try:
-            credential = uuid.UUID(request.credential_id)
-        except ValueError:
-            raise ValidationFailed([FieldViolation("credential_id", "Input should be a valid UUID", "uuid_parsing",
-                                                   request.credential_id)]) from None
+        credential = uuid.UUID(request.credential_id)  # a UUID: the contract's rule
         if not await self._credentials().revoke_in(require_caller().space_id, credential):
             raise NotFound("no live key with that id in this space", reason="KEY_NOT_FOUND")
         return deployment_pb2.RevokeKeyResponse(credential_id=str(credential))

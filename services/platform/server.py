@@ -34,6 +34,7 @@ from services.platform.interceptors import (
     TelemetryInterceptor,
 )
 from services.platform.settings import Settings
+from services.platform.validation import ValidationInterceptor
 
 Closer = Callable[[], Awaitable[None]]
 
@@ -156,6 +157,7 @@ def interceptors(
     ]
     if authenticator is not None:
         chain.append(AuthInterceptor(authenticator))
+    chain.append(ValidationInterceptor())
     return chain
 
 

@@ -1,6 +1,8 @@
-"""Request values every service parses the same way: ids, UTC instants, bounded integers,
-page cursors, and the stage vocabulary's wire enums. Refusals use the pydantic/FastAPI
-422 shapes RememberStack's routes answer with, so a field is refused alike everywhere.
+"""Request values every service parses the same way: UTC instants, bounded integers,
+page cursors, and the stage vocabulary's wire enums (ids and the limits of request fields
+are the contract's buf.validate rules: services/platform/validation.py). Refusals use the
+pydantic/FastAPI 422 shapes RememberStack's routes answer with, so a field is refused alike
+everywhere.
 
 The change feed's cursor (services/retrieval/changefeed.py) is not a page cursor: it is
 bound to a space and checked byte for byte, so it keeps its own codec.
@@ -22,15 +24,6 @@ from services.platform.errors import BadRequest, FieldViolation, InvalidArgument
 
 CURSOR_MALFORMED = "cursor is malformed"
 T = TypeVar("T")
-
-
-def parse_uuid(name: str, raw: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(raw)
-    except (ValueError, AttributeError):
-        raise ValidationFailed([FieldViolation(
-            name, "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` "
-            "followed by [0-9a-fA-F-], found `x` at 1", "uuid_parsing", raw)]) from None
 
 
 def parse_utc(name: str, raw: str, *, refusal: str | None = None) -> dt.datetime:

@@ -44,6 +44,6 @@ def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def optional(message: Any, name: str) -> Any:
-    """A proto3 ``optional`` field's value, or None when unset."""
-    return getattr(message, name) if message.HasField(name) else None
+def optional(message: Any, name: str, default: Any = None) -> Any:
+    """A proto3 ``optional`` field's value, or ``default`` when unset."""
+    return getattr(message, name) if message.HasField(name) else default

@@ -185,9 +185,7 @@ class QuerySpaceServicer(queryspace_pb2_grpc.QuerySpaceServiceServicer):
     async def SearchQuerySpace(self, request: pb.SearchQuerySpaceRequest,
                                context: grpc.aio.ServicerContext) -> pb.SearchQuerySpaceResponse:
         require_caller()
-        k = optional(request, "k")
-        k = None if k is None else bounded_int("k", k, k, 1, 25)
-        hits = self.service.search(request.query, k)
+        hits = self.service.search(request.query, optional(request, "k"))  # k: 1-25, the contract's rule
         out = pb.SearchQuerySpaceResponse()
         for h in hits:
             out.hits.add(kind=enum_value(pb.QuerySpaceHitKind, h["kind"]), name=h["name"], score=h["score"],

@@ -233,6 +233,21 @@ class SearchLegs:
             rows = await conn.fetch(sql, *args)
         return [(r["id"], float(r["score"])) for r in rows]
 
+    async def similarities(self, conn: asyncpg.Connection, kind: str, space_id: uuid.UUID,
+                           vector: Sequence[float], ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, float]:
+        """Cosine similarity of the query to each of ``ids`` (rows another leg nominated and
+        hydration confirmed), by primary key: the dense signal for the second stage of fusion.
+        Empty when the space's vectors come from another model."""
+        if not ids or not await self.comparable(conn, space_id):
+            return {}
+        t = _TARGETS[kind]
+        dim = len(vector)
+        rows = await conn.fetch(
+            f"SELECT {t['id']} AS id, 1 - ({t['vec']}::vector({dim}) <=> $3::vector({dim})) AS score "
+            f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = ANY($2::uuid[]) AND {t['dim']} = {dim}",
+            space_id, list(ids), np.asarray(vector, dtype=np.float32))
+        return {r["id"]: float(r["score"]) for r in rows}
+
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
         """Okapi BM25 (IDF over the space, k1 saturation, b length normalisation), top k of

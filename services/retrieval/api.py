@@ -13,7 +13,6 @@ from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from services.platform.auth import require_caller
 from services.platform.errors import FieldViolation, ValidationFailed
-from services.platform.values import bounded_int
 from services.platform.wire import optional
 from services.retrieval.app import Retrieval, struct
 from services.retrieval.domain import OPERATIONS
@@ -25,12 +24,8 @@ _CONTRACTS = {"envelope": retrieval_pb2.RESULT_CONTRACT_ENVELOPE,
 _CHANNELS = {retrieval_pb2.SEARCH_CHANNEL_SEMANTIC: "semantic", retrieval_pb2.SEARCH_CHANNEL_BM25: "bm25"}
 
 
-def uuid_field(name: str, raw: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise ValidationFailed([FieldViolation(name, "Input should be a valid UUID", "uuid_parsing", raw)]) from None
-
+# Resolve's context ids, counted after duplicates collapse (the contract's comment).
+MAX_CONTEXT_IDS = 8
 
 
 def _forward(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
@@ -69,10 +64,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     async def Resolve(self, request: retrieval_pb2.ResolveRequest,
                       context: grpc.aio.ServicerContext) -> retrieval_pb2.ResolveResponse:
-        ids = list(dict.fromkeys(uuid_field("context_entity_ids", i) for i in request.context_entity_ids))
-        if len(ids) > 8:
-            raise ValidationFailed([FieldViolation("context_entity_ids", "List should have at most 8 items",
-                                                   "too_long", len(ids), {"max_length": 8})])
+        ids = list(dict.fromkeys(uuid.UUID(i) for i in request.context_entity_ids))
+        if len(ids) > MAX_CONTEXT_IDS:  # counted once duplicates collapse, so not a field rule
+            raise ValidationFailed([FieldViolation(
+                "context_entity_ids", f"List should have at most {MAX_CONTEXT_IDS} items after validation, "
+                f"not {len(ids)}", "too_long", [str(i) for i in ids],
+                {"field_type": "List", "max_length": MAX_CONTEXT_IDS, "actual_length": len(ids)})])
         return retrieval_pb2.ResolveResponse(envelope=await self.retrieval.resolve(await self._caller(), request.name,
                                                                                    ids))
 
@@ -80,40 +77,32 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                               context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupRelationsResponse:
         env = await self.primitives.lookup_relations(
             await self._caller(),
-            subject=uuid_field("subject_entity_id", request.subject_entity_id)
-            if request.HasField("subject_entity_id") else None,
-            obj=uuid_field("object_entity_id", request.object_entity_id)
-            if request.HasField("object_entity_id") else None,
+            subject=uuid.UUID(request.subject_entity_id) if request.HasField("subject_entity_id") else None,
+            obj=uuid.UUID(request.object_entity_id) if request.HasField("object_entity_id") else None,
             predicate=optional(request, "predicate"), valid_at=optional(request, "valid_at"),
-            k=bounded_int("k", optional(request, "k"), 50, 1, 400))
+            k=optional(request, "k", 50))
         return retrieval_pb2.LookupRelationsResponse(envelope=env)
 
     async def LookupObservations(self, request: retrieval_pb2.LookupObservationsRequest,
                                  context: grpc.aio.ServicerContext) -> retrieval_pb2.LookupObservationsResponse:
         env = await self.primitives.lookup_observations(
-            await self._caller(), uuid_field("entity_id", request.entity_id), optional(request, "property_query"),
-            bounded_int("k", optional(request, "k"), 10, 1, 400))
+            await self._caller(), uuid.UUID(request.entity_id), optional(request, "property_query"),
+            optional(request, "k", 10))
         return retrieval_pb2.LookupObservationsResponse(envelope=env)
 
     async def HydrateRelation(self, request: retrieval_pb2.HydrateRelationRequest,
                               context: grpc.aio.ServicerContext) -> retrieval_pb2.HydrateRelationResponse:
-        env = await self.primitives.hydrate(await self._caller(), uuid_field("relation_id", request.relation_id))
+        env = await self.primitives.hydrate(await self._caller(), uuid.UUID(request.relation_id))
         return retrieval_pb2.HydrateRelationResponse(envelope=env)
 
     async def TranscriptRelation(self, request: retrieval_pb2.TranscriptRelationRequest,
                                  context: grpc.aio.ServicerContext) -> retrieval_pb2.TranscriptRelationResponse:
-        env = await self.primitives.transcript(await self._caller(), uuid_field("relation_id", request.relation_id))
+        env = await self.primitives.transcript(await self._caller(), uuid.UUID(request.relation_id))
         return retrieval_pb2.TranscriptRelationResponse(envelope=env)
 
     def _search_args(self, request: Any) -> tuple[str, int, str]:
-        if len(request.query) > 4096:
-            raise ValidationFailed([FieldViolation("query", "String should have at most 4096 characters",
-                                                   "string_too_long", len(request.query), {"max_length": 4096})])
-        if request.query == "":
-            raise ValidationFailed([FieldViolation("query", "String should have at least 1 character",
-                                                   "string_too_short", "", {"min_length": 1})])
         channel = _CHANNELS.get(request.channel, "semantic") if request.HasField("channel") else "semantic"
-        return request.query, bounded_int("k", optional(request, "k"), 10, 1, 400), channel
+        return request.query, optional(request, "k", 10), channel
 
     async def SearchClaims(self, request: retrieval_pb2.SearchClaimsRequest,
                            context: grpc.aio.ServicerContext) -> retrieval_pb2.SearchClaimsResponse:
@@ -129,8 +118,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     async def AdjacentChunks(self, request: retrieval_pb2.AdjacentChunksRequest,
                              context: grpc.aio.ServicerContext) -> retrieval_pb2.AdjacentChunksResponse:
-        window = bounded_int("window", optional(request, "window"), 1, 1, 2)
-        env = await self.primitives.adjacent(await self._caller(), uuid_field("chunk_id", request.chunk_id), window,
+        window = optional(request, "window", 1)
+        env = await self.primitives.adjacent(await self._caller(), uuid.UUID(request.chunk_id), window,
                                              optional(request, "turn_id"))
         return retrieval_pb2.AdjacentChunksResponse(envelope=env)
 

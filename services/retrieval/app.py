@@ -22,7 +22,7 @@ from testament.common.v1 import types_pb2 as t
 
 from services.platform.auth import Caller
 from services.platform.errors import Unavailable
-from services.platform.text import fold, normalize_name
+from services.platform.text import fold, normalize_name, query_tokens, tokens
 from services.platform.wire import enum_value, timestamp
 from services.retrieval import adapters as db
 from services.retrieval.domain import (
@@ -41,6 +41,7 @@ from services.retrieval.domain import (
     name_keys,
     operation,
     temporal_match,
+    term_coverage,
     validate_arguments,
     weights_for,
 )
@@ -185,6 +186,7 @@ class Retrieval:
         self.redact = redact or (lambda text, caller: text)
         self._dated: dict[uuid.UUID, bool] = {}
         self._folds: dict[uuid.UUID, str] = {}
+        self._item_terms: dict[uuid.UUID, frozenset[str]] = {}
         # Helper connections for concurrent legs: fewer than the pool holds (see concurrently).
         size = database.pool.get_max_size() if hasattr(database, "pool") else 0
         self._helper = _Slots(size // 2) if size >= 4 else None
@@ -499,9 +501,32 @@ class Retrieval:
             dated = {cid for cid, row in claim_rows.items()
                      if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
             dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
+        similarity: dict[uuid.UUID, float] = {}
+        coverage: dict[uuid.UUID, float] = {}
+        if self.weights.dense:  # the second stage's dense signal, for every nominee
+            for found_sims in await self.concurrently(conn, [
+                    lambda c: self.legs.similarities(c, "claim", caller.space_id, vector, list(claim_rows)),
+                    lambda c: self.legs.similarities(c, "chunk", caller.space_id, vector, list(chunk_rows))]):
+                similarity.update(found_sims)
+        if self.weights.coverage:
+            asked = frozenset(query_tokens(query))
+            coverage = {cid: term_coverage(asked, self._terms(cid, row["claim_text"]))
+                        for cid, row in claim_rows.items()}
+            coverage |= {cid: term_coverage(asked, self._terms(cid, row["chunk_text"]))
+                         for cid, row in chunk_rows.items()}
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
-                                        named=frozenset(named), dated=frozenset(dated), temporal=temporal)
+                                        named=frozenset(named), dated=frozenset(dated), temporal=temporal,
+                                        similarity=similarity, term_coverage=coverage)
         return candidates, claim_rows, chunk_rows, full
+
+    def _terms(self, item_id: uuid.UUID, text: str) -> frozenset[str]:
+        """The search terms of an immutable claim or chunk text, remembered by id."""
+        known = self._item_terms.get(item_id)
+        if known is None:
+            if len(self._item_terms) >= DATED_CACHE:
+                self._item_terms.clear()
+            known = self._item_terms[item_id] = frozenset(tokens(text))
+        return known
 
     def _mentions_time(self, item_id: uuid.UUID, text: str) -> bool:
         """:func:`mentions_time` of an immutable claim span or chunk text, remembered by id

@@ -246,15 +246,15 @@ def test_dead_letters_are_listed_and_replayed_through_the_rpc_and_the_cli(stack:
     report = stack.wait(version.version_id)
     assert report.versions[0].stages[0].status == 6
     env = service_env(stack.dsn)
-    result = subprocess.run([sys.executable, "-m", "services.cli", "ops", "dead-letters"], cwd=REPO, env=env,
+    ops = [sys.executable, "-m", "services.cli", "ops"]
+    result = subprocess.run([*ops, "dead-letters", "--grpc-addr", stack.pipeline], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    items = json.loads(result.stdout)["items"]
-    assert any(i["version_id"] == version.version_id for i in items)
-    work_id = next(i["work_id"] for i in items if i["version_id"] == version.version_id)
-    replay = subprocess.run([sys.executable, "-m", "services.cli", "ops", "replay", work_id], cwd=REPO, env=env,
+    items = json.loads(result.stdout)["dead_letters"]
+    work_id = next(i["work_unit_id"] for i in items if i["version_id"] == version.version_id)
+    replay = subprocess.run([*ops, "replay", work_id, "--grpc-addr", stack.pipeline], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=60)
-    assert replay.returncode == 0 and json.loads(replay.stdout)["stage"] == "convert"
+    assert replay.returncode == 0 and json.loads(replay.stdout)["work_unit_id"] == work_id
 
 
 def _refusal(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]

@@ -9,14 +9,17 @@ on every run and this is not a timing test.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
 from bench import labelled, quality
 from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
+from services.pipeline.domain.structure import retrieval_text
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
@@ -99,6 +102,40 @@ def test_fused_evidence_recall_is_never_below_the_best_single_channel(ingested) 
     assert op.recall[10] >= max(s.recall[10] for s in real.values()), (op.recall,
                                                                        {n: s.recall for n, s in real.items()})
     assert op.recall[10] >= fused_r10 - 0.02  # what the operation returns is what the replay ranks
+
+
+def test_the_second_stage_scores_every_nominee_by_meaning_and_keeps_fusion_above_each_channel(ingested) -> None:
+    # The dense signal comes from the stored vectors, for what only BM25 nominated too; with
+    # the second stage on, the replayed fusion still recalls at least its best single channel.
+    dsn, sets, docs = ingested
+    embedder = HashEmbeddings()
+    # Shallow legs, so that BM25 nominates passages the dense leg did not.
+    weights = dataclasses.replace(Retrieval(None, embedder, None).weights, depth=10, dense=0.75, coverage=0.25)
+
+    async def run() -> tuple[list[quality.Case], list[tuple[str, float]], Any]:
+        db = await Database.connect(dsn, min_size=1, max_size=4)
+        try:
+            retrieval = Retrieval(db, embedder, None, weights=weights)
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            questions = [q for s in sets for q in s.questions][::3]
+            cases = await quality.collect(retrieval, caller, questions, quality.UnitMap(docs))
+            case = next(c for c in cases if set(c.candidates.chunks["bm25"]) - set(c.candidates.chunks["semantic"]))
+            only_bm25 = next(iter(set(case.candidates.chunks["bm25"]) - set(case.candidates.chunks["semantic"])))
+            text = await db.fetchval("SELECT chunk_text FROM chunks WHERE chunk_id = $1", only_bm25)
+            expected = sum(a * b for a, b in zip(embedder.embed_one(retrieval_text(text)),
+                                                 await retrieval.embed_query(case.question.text), strict=True))
+            env = await retrieval.run_operation(caller, "claims_and_sources_context", {"query": case.question.text})
+            return cases, [(str(only_bm25), expected), (case.question.text, 0.0)], (case, env)
+        finally:
+            await db.close()
+    cases, ((item, expected), _), (case, env) = asyncio.run(run())
+    assert case.candidates.similarity[uuid.UUID(item)] == pytest.approx(expected, abs=1e-5)
+    assert any("dense" in r.signals for r in env.ranking)
+    for r in env.ranking:
+        assert r.score == pytest.approx(sum(r.signals.values()), rel=1e-9)
+    fused_r10, _ = quality.objective(cases, weights)
+    best = max(quality.objective(cases, quality.alone(name))[0] for name in quality.FUSED_CHANNELS)
+    assert fused_r10 >= best, (fused_r10, best)
 
 
 def test_conversation_chunks_are_never_a_header_alone(ingested) -> None:

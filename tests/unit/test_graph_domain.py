@@ -1,5 +1,6 @@
-"""Pure graph rules: argument bounds, the clock pair, continuation tokens, and the assembly
-of a bounded walk into nodes, whole shortest paths and truncation."""
+"""Pure graph rules: argument bounds (the contract's rules, as the server checks them), the
+clock pair, continuation tokens, and the assembly of a bounded walk into nodes, whole
+shortest paths and truncation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 import uuid
 
 import pytest
+from testament.graph.v1 import graph_pb2
 
 from services.graph.domain import (
     AppliedClocks,
@@ -26,6 +28,7 @@ from services.graph.domain import (
     truncation,
 )
 from services.platform.errors import ValidationFailed
+from services.platform.validation import check
 
 E = [uuid.UUID(int=i + 1) for i in range(40)]
 R = [uuid.UUID(int=1000 + i) for i in range(40)]
@@ -47,32 +50,41 @@ def test_neighborhood_defaults() -> None:
     assert q.clocks == Clocks()
 
 
+def refused(request: object) -> list[tuple[str, str]]:
+    """What the server's validation (the contract's rules) refuses in ``request``."""
+    return problems(check, message=request)
+
+
 @pytest.mark.parametrize(("field", "value", "kind"), [
     ("hops", 0, "greater_than_equal"), ("hops", 5, "less_than_equal"),
     ("limit", 0, "greater_than_equal"), ("limit", 501, "less_than_equal"),
 ])
 def test_neighborhood_ranges(field: str, value: int, kind: str) -> None:
-    assert problems(neighborhood_query, entity_id=str(E[0]), **{field: value}) == [(field, kind)]
+    assert refused(graph_pb2.NeighborhoodRequest(entity_id=str(E[0]), **{field: value})) == [(field, kind)]
 
 
-def test_every_bad_value_is_listed_at_once() -> None:
-    found = problems(neighborhood_query, entity_id="not-a-uuid", hops=9, predicates=["ok", "", "x" * 201],
-                     valid_at="2026-03-01T00:00:00+02:00", believed_at="2026-03-01T00:00:00Z", limit=0,
-                     continuation="c" * 201)
+def test_every_bad_field_is_listed_at_once() -> None:
+    found = refused(graph_pb2.NeighborhoodRequest(entity_id="not-a-uuid", hops=9, predicates=["ok", "", "x" * 201],
+                                                  limit=0, continuation="c" * 201))
     assert found == [
         ("entity_id", "uuid_parsing"), ("hops", "less_than_equal"), ("predicates.1", "string_too_short"),
-        ("predicates.2", "string_too_long"), ("valid_at", "timezone_aware"), ("limit", "greater_than_equal"),
-        ("continuation", "string_too_long"),
+        ("predicates.2", "string_too_long"), ("limit", "greater_than_equal"), ("continuation", "string_too_long"),
     ]
+    with pytest.raises(ValidationFailed) as caught:
+        check(graph_pb2.NeighborhoodRequest(entity_id=str(E[0]), predicates=["ok", "", "x" * 201]))
+    assert [v.message for v in caught.value.violations] == [
+        "String should have at least 1 character", "String should have at most 200 characters"]
 
 
 def test_missing_ids_are_missing_fields() -> None:
-    assert problems(neighborhood_query, entity_id="") == [("entity_id", "missing")]
-    assert problems(path_query, from_entity_id=None, to_entity_id=str(E[1])) == [("from_entity_id", "missing")]
+    assert refused(graph_pb2.NeighborhoodRequest(entity_id="")) == [("entity_id", "missing")]
+    assert refused(graph_pb2.PathRequest(to_entity_id=str(E[1]))) == [("from_entity_id", "missing")]
 
 
 def test_too_many_predicates() -> None:
-    assert problems(neighborhood_query, entity_id=str(E[0]), predicates=["p"] * 101) == [("predicates", "too_long")]
+    assert refused(graph_pb2.NeighborhoodRequest(entity_id=str(E[0]), predicates=["p"] * 101)) == [
+        ("predicates", "too_long")]
+    check(graph_pb2.NeighborhoodRequest(entity_id=str(E[0]), predicates=["p"] * 100))
     assert neighborhood_query(entity_id=str(E[0]), predicates=["p"] * 100).predicates == ("p",)
 
 
@@ -102,19 +114,21 @@ def test_default_clocks_are_the_request_instant() -> None:
 
 
 def test_path_and_citation_bounds() -> None:
-    assert problems(path_query, from_entity_id=str(E[0]), to_entity_id=str(E[1]), max_hops=7) == [
+    assert refused(graph_pb2.PathRequest(from_entity_id=str(E[0]), to_entity_id=str(E[1]), max_hops=7)) == [
         ("max_hops", "less_than_equal")]
     assert citation_query(from_doc_id=str(E[0]), to_doc_id=str(E[1])).max_hops == 6
-    assert problems(citation_query, from_doc_id=str(E[0]), to_doc_id="x", max_hops=0) == [
+    assert refused(graph_pb2.CitationPathRequest(from_doc_id=str(E[0]), to_doc_id="x", max_hops=0)) == [
         ("to_doc_id", "uuid_parsing"), ("max_hops", "greater_than_equal")]
 
 
 def test_expand_bounds() -> None:
-    assert problems(expand_query, anchors=[], hops=1) == [("anchor_entity_ids", "too_short")]
-    assert ("anchor_entity_ids", "too_long") in problems(expand_query, anchors=[str(e) for e in E[:20]], hops=1)
-    assert problems(expand_query, anchors=[str(E[0]), "x"], hops=3) == [
-        ("anchor_entity_ids.1", "uuid_parsing"), ("hops", "less_than_equal")]
-    assert problems(expand_query, anchors=[str(E[0])], hops=1, predicate="") == [("predicate", "string_too_short")]
+    def expand(anchors: list[str], hops: int, **extra: str) -> list[tuple[str, str]]:
+        return refused(graph_pb2.ExpandEntitiesRequest(anchor_entity_ids=anchors, hops=hops, **extra))
+
+    assert expand([], 1) == [("anchor_entity_ids", "too_short")]
+    assert ("anchor_entity_ids", "too_long") in expand([str(e) for e in E[:20]], 1)
+    assert expand([str(E[0]), "x"], 3) == [("anchor_entity_ids.1", "uuid_parsing"), ("hops", "less_than_equal")]
+    assert expand([str(E[0])], 1, predicate="") == [("predicate", "string_too_short")]
     q = expand_query(anchors=[str(E[0]), str(E[0]), str(E[1])], hops=2)
     assert q.anchors == (E[0], E[1])
 

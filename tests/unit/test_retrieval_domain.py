@@ -13,6 +13,7 @@ from services.retrieval.domain import (
     is_temporal_question,
     mentions_time,
     name_keys,
+    term_coverage,
     turn_spans,
     weights_for,
 )
@@ -68,6 +69,27 @@ def test_fusion_ranks_claims_and_passages_on_one_scale_with_shares_that_add_up()
     claims, chunks = fuse_evidence(candidates, alone)
     assert [f.item_id for f in chunks] == [p1, p2]  # the weighted channel's order first, then the rest
     assert all(f.score == 0 for f in claims) and {f.item_id for f in claims} == {c1, c2, c3}  # still returned
+
+
+def test_the_second_stage_rescores_each_nominee_by_meaning_and_by_the_terms_it_holds() -> None:
+    c1, c2, p1, p2 = _ids(4)
+    # p2 was nominated by BM25 alone, at the bottom; it is the closest in meaning and holds every term.
+    candidates = EvidenceCandidates(claims={"semantic": [c1, c2]}, chunks={"bm25": [p1, p2]},
+                                    similarity={c1: 0.3, c2: 0.2, p1: 0.1, p2: 0.9},
+                                    term_coverage={c1: 0.5, p1: 0.5, p2: 1.0})
+    first_only = FusionWeights(k=5)
+    claims, chunks = fuse_evidence(candidates, first_only)
+    assert [f.item_id for f in chunks] == [p1, p2] and all("dense" not in f.signals for f in (*claims, *chunks))
+    claims, chunks = fuse_evidence(candidates, FusionWeights(k=5, dense=0.75, coverage=0.25))
+    assert [f.item_id for f in chunks] == [p2, p1]
+    merged = sorted([*claims, *chunks], key=lambda f: -f.score)
+    assert merged[0].item_id == p2  # above the claims too: one scale
+    for f in merged:
+        assert abs(f.score - sum(f.signals.values())) < 1e-12  # the ranking's shares still add up
+    assert set(next(f for f in chunks if f.item_id == p2).signals) == {"bm25", "dense", "coverage"}
+    assert "coverage" not in next(f for f in claims if f.item_id == c2).signals  # none of its terms
+    assert term_coverage(frozenset({"cat", "name"}), frozenset({"cat", "luna"})) == 0.5
+    assert term_coverage(frozenset(), frozenset({"cat"})) == 0.0  # a question of stop words only
 
 
 def test_each_kind_of_embedder_has_its_weights() -> None:

@@ -78,27 +78,30 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
         f"""SELECT DISTINCT {_LIVE} FROM mentions m JOIN entities e ON e.entity_id = m.resolved_entity_id
              WHERE m.doc_id = $1""", doc_id)}
     rows = await conn.fetch(
-        f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias
+        f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
               FROM entity_aliases a JOIN entities e USING (entity_id)
-             WHERE a.space_id = $1 AND a.normalized_alias = $2""", space_id, key)
+             WHERE a.space_id = $1 AND a.normalized_alias = $2
+             ORDER BY {_LIVE}, a.alias_id""", space_id, key)
     if rows:
-        return [Candidate(r[0], r[1], "T0", 1.0, r[0] in in_doc) for r in rows]
+        return [_candidate(r, "T0", 1.0, in_doc) for r in rows]
     rows = await conn.fetch(
-        f"""SELECT {_LIVE}, a.normalized_alias, similarity(a.normalized_alias, $2) AS score
+        f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}, similarity(a.normalized_alias, $2) AS score
               FROM entity_aliases a JOIN entities e USING (entity_id)
              WHERE a.space_id = $1 AND a.normalized_alias % $2
                AND similarity(a.normalized_alias, $2) >= $3
-             ORDER BY score DESC LIMIT $4""", space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
-    found = _best_per_entity([Candidate(r[0], r[1], "T1", float(r[2]), r[0] in in_doc) for r in rows])
+             ORDER BY score DESC, a.normalized_alias, a.alias_id LIMIT $4""",
+        space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
+    found = _best_per_entity([_candidate(r, "T1", float(r["score"]), in_doc) for r in rows])
     if found:
         return found[:CANDIDATE_WIDTH]
     codes = await phonetic(conn, key)
     if codes:
         rows = await conn.fetch(
-            f"""SELECT {_LIVE}, a.normalized_alias FROM entity_aliases a JOIN entities e USING (entity_id)
+            f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
+                  FROM entity_aliases a JOIN entities e USING (entity_id)
                  WHERE a.space_id = $1 AND a.phonetic && $2::text[]
-                 LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
-        found = _best_per_entity([Candidate(r[0], r[1], "T2", 0.7, r[0] in in_doc) for r in rows])
+                 ORDER BY a.normalized_alias, a.alias_id LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
+        found = _best_per_entity([_candidate(r, "T2", 0.7, in_doc) for r in rows])
         if found:
             return found
     if context_vector is None or not len(context_vector):
@@ -136,12 +139,22 @@ async def profile_candidates(conn: asyncpg.Connection, space_id: uuid.UUID, key:
             for r in rows]
 
 
+# every alias of the (live) entity as written, for the chooser's whole-entity check
+_SURFACES = f"""ARRAY(SELECT a2.alias_text FROM entity_aliases a2 WHERE a2.entity_id = {_LIVE}
+                      ORDER BY a2.alias_text) AS surfaces"""
+
+
+def _candidate(r: Any, tier: str, score: float, in_doc: set[uuid.UUID]) -> Candidate:
+    return Candidate(r[0], r["normalized_alias"], tier, score, r[0] in in_doc, surface=r["alias_text"],
+                     surfaces=tuple(r["surfaces"] or ()))
+
+
 def _best_per_entity(found: list[Candidate]) -> list[Candidate]:
     best: dict[uuid.UUID, Candidate] = {}
     for c in found:
         if c.entity_id not in best or c.score > best[c.entity_id].score:
             best[c.entity_id] = c
-    return sorted(best.values(), key=lambda c: -c.score)
+    return sorted(best.values(), key=lambda c: (-c.score, str(c.entity_id)))
 
 
 async def phonetic(conn: asyncpg.Connection, key: str) -> list[str]:
@@ -174,7 +187,10 @@ async def context_texts(db: Any, source: VersionSource) -> dict[str, str]:
              FROM claims c JOIN claim_occurrences o ON o.claim_id = c.claim_id
             WHERE o.version_id = $1 AND o.derivation_kind = 'extracted' AND c.is_current_testimony
             ORDER BY c.char_start, c.ordinal""", source.version_id)
-    aliases = set(await known_aliases(db, source.space_id, [c["claim_text"] for c in claims]))
+    # a name the space already holds is settled by T0 and needs no vector; the drafts are
+    # read from the document's own names, as FactsWriter.drafts reads them
+    known = await known_aliases(db, source.space_id, [c["claim_text"] for c in claims])
+    aliases: set[str] = set()
     texts: dict[str, str] = {}
     for claim in claims:
         view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
@@ -185,7 +201,7 @@ async def context_texts(db: Any, source: VersionSource) -> dict[str, str]:
             if draft.kind != "observation" and not valid_predicate(draft.predicate or ""):
                 continue
             for name in (draft.subject, draft.object):
-                if name and normalize_name(name) not in aliases:
+                if name and normalize_name(name) not in aliases and normalize_name(name) not in known:
                     texts.setdefault(mention_key(claim["claim_id"], name), context_text(name, claim["claim_text"]))
             for name in (draft.subject, draft.object):
                 if name:
@@ -214,7 +230,7 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         if vector is None and claim_id is not None:
             vector = context_vector.get(key)
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
-                                           claim_id=claim_id))
+                                           claim_id=claim_id), surface=surface.strip())
     chosen = verdict.entity_id
     rivals = verdict.scores.get("ambiguous_with") if chosen is not None else None
     if chosen is not None and isinstance(rivals, list | tuple) and rivals:

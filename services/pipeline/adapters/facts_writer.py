@@ -48,8 +48,10 @@ class FactsWriter:
         views = [ClaimView(str(c["claim_id"]), c["claim_text"], c["is_attributed"], c["attributed_to"],
                            c["claim_valid_from"], c["claim_valid_until"], c["claim_valid_precision"],
                            c["claim_valid_kind"], c["asserted_at"]) for c in claims]
-        aliases = await fs.known_aliases(self.db, source.space_id, [c["claim_text"] for c in claims])
-        results = await provider.normalize(views, aliases)
+        # Anchors and bare references ("the service", "the new deadline") are read from the
+        # document's own names only: the space's names depend on which documents committed
+        # first, so reading them here made the facts depend on ingest and stage order.
+        results = await provider.normalize(views, frozenset())
         return [(claim, drafts, reason) for claim, (drafts, reason) in zip(claims, results, strict=True)]
 
     async def normalize(self, conn: asyncpg.Connection, source: VersionSource,

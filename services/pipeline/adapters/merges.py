@@ -199,9 +199,11 @@ async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequenc
 # apply and revert
 # --------------------------------------------------------------------------------------
 
-async def _proposal(conn: asyncpg.Connection, proposal_id: uuid.UUID) -> asyncpg.Record:
-    """The proposal, locked, after its space (the lock order of services/platform/locks.py)."""
-    space_id = await conn.fetchval("SELECT space_id FROM merge_proposals WHERE proposal_id = $1", proposal_id)
+async def _proposal(conn: asyncpg.Connection, proposal_id: uuid.UUID, space_id: uuid.UUID) -> asyncpg.Record:
+    """The space's proposal, locked, after its space (the lock order of services/platform/locks.py);
+    one of another space is refused as unknown."""
+    space_id = await conn.fetchval("SELECT space_id FROM merge_proposals WHERE proposal_id = $1 AND space_id = $2",
+                                   proposal_id, space_id)
     if space_id is None:
         raise MergeRefused("unknown_proposal", f"no merge proposal {proposal_id}")
     await lock_space(conn, space_id)
@@ -210,10 +212,10 @@ async def _proposal(conn: asyncpg.Connection, proposal_id: uuid.UUID) -> asyncpg
     return row
 
 
-async def apply(conn: asyncpg.Connection, proposal_id: uuid.UUID, *,
+async def apply(conn: asyncpg.Connection, proposal_id: uuid.UUID, space_id: uuid.UUID, *,
                 max_facts: int = MERGE_MAX_FACTS) -> dict[str, Any]:
     """Redirect the absorbed entity to the survivor, with a snapshot. Call inside a transaction."""
-    p = await _proposal(conn, proposal_id)
+    p = await _proposal(conn, proposal_id, space_id)
     if p["status"] not in ("proposed", "reverted"):
         raise MergeRefused("not_applicable", f"the proposal is {p['status']}")
     survivor, absorbed = p["survivor_id"], p["absorbed_id"]
@@ -263,9 +265,9 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-async def revert(conn: asyncpg.Connection, proposal_id: uuid.UUID) -> dict[str, Any]:
+async def revert(conn: asyncpg.Connection, proposal_id: uuid.UUID, space_id: uuid.UUID) -> dict[str, Any]:
     """Replay an applied proposal's snapshot: the absorbed entity's row and aliases exactly."""
-    p = await _proposal(conn, proposal_id)
+    p = await _proposal(conn, proposal_id, space_id)
     if p["status"] != "applied" or p["snapshot"] is None:
         raise MergeRefused("not_applied", f"the proposal is {p['status']}")
     absorbed = p["absorbed_id"]
@@ -316,14 +318,14 @@ async def follow(conn: Any, entity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, 
     return {r[0]: r[1] for r in rows}
 
 
-async def list_proposals(conn: Any, *, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    rows = await conn.fetch(
-        """SELECT p.proposal_id, p.space_id, p.survivor_id, s.canonical_name AS survivor_name, p.absorbed_id,
+async def list_proposals(conn: Any, space_id: uuid.UUID, *, status: str | None = None,
+                         limit: int = 100) -> list[asyncpg.Record]:
+    """The space's proposals, newest first."""
+    return list(await conn.fetch(
+        """SELECT p.proposal_id, p.survivor_id, s.canonical_name AS survivor_name, p.absorbed_id,
                   a.canonical_name AS absorbed_name, p.score, p.status, p.created_at, p.applied_at, p.reverted_at
              FROM merge_proposals p
              JOIN entities s ON s.entity_id = p.survivor_id
              JOIN entities a ON a.entity_id = p.absorbed_id
-            WHERE $1::text IS NULL OR p.status = $1
-            ORDER BY p.created_at DESC, p.proposal_id LIMIT $2""", status, limit)
-    return [{k: (str(v) if isinstance(v, uuid.UUID | dt.datetime) else
-                 round(float(v), 4) if isinstance(v, float) else v) for k, v in dict(r).items()} for r in rows]
+            WHERE p.space_id = $1 AND ($2::text IS NULL OR p.status = $2)
+            ORDER BY p.created_at DESC, p.proposal_id LIMIT $3""", space_id, status, limit))

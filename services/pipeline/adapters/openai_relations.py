@@ -341,7 +341,8 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
         if kind == "relation":
             assert obj is not None and predicate is not None
             drafts.extend(relation_drafts(subject, predicate, obj, change, previous=previous_object or None,
-                                          previous_holder=holder or None, extra=extra))
+                                          previous_holder=holder or None, extra=extra,
+                                          dated=claim.valid_from is not None))
         elif value and fold(value) in fold(text):
             # the same canonical observation the parse reads ("Q3 marketing budget: 90,000 EUR"),
             # on the entity the attribute belongs to

@@ -96,6 +96,10 @@ def _better(new: Window, old: Window) -> bool:
         return True
     if PRECISION_RANK[new.precision] > PRECISION_RANK[old.precision] and _overlap(new, old):
         return True
+    if new.precision == "open" and new.valid_from is not None and old.valid_from is not None and \
+            new.valid_from < old.valid_from and (old.valid_until is None or new.valid_from < old.valid_until):
+        # "since February" after "since April": both hold from February, whichever came first
+        return True
     return (old.valid_from is None and new.valid_from is not None) or (
         old.valid_until is None and new.valid_until is not None and old.precision != "open")
 

@@ -31,6 +31,7 @@ __all__ = [
     "CLAIMIFY_OMIT_REASONS",
     "DECISION_KINDS",
     "DECONTEXT_REASONS",
+    "ENGINE_DROP_REASONS",
     "KEEP_FLAG_REASONS",
     "SELECTION_DROP_REASONS",
     "ClaimDraft",
@@ -50,6 +51,8 @@ SELECTION_DROP_REASONS: tuple[str, ...] = (
     "opinion", "advice", "hypothetical", "generic", "question", "intro", "conclusion", "no_info", "ambiguous",
     "references_boilerplate", "not_prose",
 )
+# drops the engine makes whichever provider read the passage (never asked of a model)
+ENGINE_DROP_REASONS: tuple[str, ...] = ("duplicate",)
 KEEP_FLAG_REASONS: tuple[str, ...] = ("hedged", "unresolved_date")
 DECONTEXT_REASONS: tuple[str, ...] = (
     "pronoun_resolved", "reference_expanded", "date_resolved", "speaker_attributed", "subject_copied",

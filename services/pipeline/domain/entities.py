@@ -18,7 +18,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-RESOLVER_VERSION = "rules-resolver/2"
+from services.platform.text import normalize_name
+
+RESOLVER_VERSION = "rules-resolver/3"
 TIER_WEIGHT = {"T0": 1.0, "T1": 0.8, "T2": 0.7, "T3": 0.6}
 
 # T3 acceptance by the rules resolver (the cosine floor that *finds* T3 candidates lives
@@ -46,6 +48,8 @@ class Candidate:
     profile: str | None = None  # T3: the entity's profile text
     names: tuple[str, ...] = ()  # T3: every normalised alias of the entity
     named_in_claim: bool = False  # T3: the claim names this entity elsewhere
+    surface: str | None = None  # the matched alias as written (its case tells a proper name)
+    surfaces: tuple[str, ...] = ()  # T0-T2: every alias of the entity as written
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,31 @@ def _token_compatible(mention: str, alias: str) -> bool:
     return len(mention) >= 4 and len(alias) >= 4 and _similar(mention, alias) >= 0.45  # a misspelling
 
 
-def compatible(mention: str, alias: str) -> bool:
+# Nouns that say what kind of thing a name is: "Atlas service" is Atlas; "Helios roadmap"
+# and "Orion database" are things of Helios and Orion.
+KIND_NOUNS = frozenset("service system app application platform project programme program team squad tool "
+                       "library product".split())
+
+
+def proper_name(surface: str) -> bool:
+    """A name one word of it may stand for: every word capitalised or an initial ("Ravi
+    Shankar", "Ravi S."), or a name and the kind of thing it names ("Atlas service"); not a
+    thing named after something ("Helios roadmap", "Orion database")."""
+    words = surface.split()
+    return bool(words) and all(w[:1].isupper() or not w[:1].isalpha() or (i and w.lower() in KIND_NOUNS)
+                               for i, w in enumerate(words))
+
+
+def compatible(mention: str, alias: str, *, mention_surface: str | None = None,
+               alias_surface: str | None = None) -> bool:
     """Can these two names refer to one referent? "Ravi" ~ "Ravi Shankar" ~ "Ravi S." ~
-    "Ravi Shanker"; "Dana Kim" is not "Dana Lee"."""
+    "Ravi Shanker"; "Dana Kim" is not "Dana Lee". A name of its own stands for a longer name
+    only when the longer one, as written (when known), is a proper name: "Helios" is not
+    "Helios roadmap"; a common word may be short for the name it starts ("billing" for
+    "billing migration")."""
     m, a = mention.split(), alias.split()
-    if not m or not a:
-        return False
+    if not m or not a or _DIGITS.findall(mention) != _DIGITS.findall(alias):
+        return False  # "exporter module" is not "exporter module 9", nor "module 1" "module 12"
     if len(m) > 1 and len(a) > 1:
         if len(m) != len(a):
             short, long_ = (m, a) if len(m) < len(a) else (a, m)
@@ -95,6 +118,9 @@ def compatible(mention: str, alias: str) -> bool:
     one, many = (m, a) if len(m) == 1 else (a, m)
     if len(many) == 1:
         return _token_compatible(one[0], many[0])
+    written, word = (alias_surface, mention_surface) if len(m) == 1 else (mention_surface, alias_surface)
+    if written is not None and not proper_name(written) and not (word is not None and word.islower()):
+        return False
     return _token_compatible(one[0], many[0])  # a single name matches the first name of a full one
 
 
@@ -136,9 +162,21 @@ def profile_usable(mention: str, candidate: Candidate) -> bool:
     return coverage(mention, candidate.profile) >= T3_COVERAGE
 
 
-def choose(mention: str, candidates: Sequence[Candidate]) -> ResolutionVerdict:
+def entity_compatible(mention: str, candidate: Candidate, surface: str | None = None) -> bool:
+    """The mention fits the alias it matched and every full name the entity holds: "Ravi
+    Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi"."""
+    if not compatible(mention, candidate.alias, mention_surface=surface, alias_surface=candidate.surface):
+        return False
+    return all(compatible(mention, normalize_name(other), mention_surface=surface, alias_surface=other)
+               for other in candidate.surfaces if len(other.split()) > 1)
+
+
+def choose(mention: str, candidates: Sequence[Candidate], surface: str | None = None) -> ResolutionVerdict:
+    """The entity a mention names, or a new one. A single word that fits two or more entities
+    ("Ravi" beside "Ravi Shankar" and "Ravi Patel") names none of them unless the document
+    already named exactly one: a guess here would depend on which entity came first."""
     usable = [c for c in candidates
-              if (profile_usable(mention, c) if c.tier == "T3" else compatible(mention, c.alias))]
+              if (profile_usable(mention, c) if c.tier == "T3" else entity_compatible(mention, c, surface))]
     scores: dict[str, dict[str, object]] = {}
     for c in candidates:
         entry: dict[str, object] = {"tier": c.tier, "score": round(c.score, 4), "alias": c.alias,
@@ -153,6 +191,16 @@ def choose(mention: str, candidates: Sequence[Candidate]) -> ResolutionVerdict:
         return TIER_WEIGHT[c.tier] * 0.5 + c.score * 0.3 + (0.5 if c.in_document else 0.0)
 
     ordered = sorted(usable, key=rank, reverse=True)
+    if len(mention.split()) == 1 and len({c.entity_id for c in usable}) > 1 and usable[0].tier != "T3":
+        named = [c for c in usable if c.in_document]
+        if len({c.entity_id for c in named}) != 1:
+            # the bare name met before, itself left unresolved: the same mention again
+            named = [c for c in usable if c.alias == mention and c.surfaces
+                     and all(len(other.split()) == 1 for other in c.surfaces)]
+        if len({c.entity_id for c in named}) != 1:
+            return ResolutionVerdict(None, "new", 1.0, {"candidates": scores, "undecided": "first_name",
+                                                        "ambiguous_with": sorted(str(c.entity_id) for c in usable)})
+        ordered = named
     best = ordered[0]
     others = sorted(str(c.entity_id) for c in ordered[1:])
     if best.tier == "T3" and len(ordered) > 1 and best.score - ordered[1].score < T3_MARGIN:

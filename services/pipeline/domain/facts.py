@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.pipeline.domain.entities import compatible
 from services.platform.text import fold, normalize_name
 
 CORE_PREDICATES = (
@@ -227,7 +228,8 @@ def normalize_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(
 
 class RelationProvider(Protocol):
     """Turns a version's claims (in document order) into assertion drafts. ``known_aliases``
-    are the normalised names the memory already holds."""
+    are normalised names to anchor on besides the document's own; the pipeline passes none,
+    so what a document yields does not depend on what the memory held when it was read."""
 
     name: str
     version: str
@@ -274,12 +276,18 @@ class ParseRelationProvider:
         nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
         aliases = set(known_aliases)
         definitions: dict[str, str] = {}
+        roles: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
         out = []
         for claim in claims:
-            drafts, reason = read_claim(claim, frozenset(aliases), definitions)
+            drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles)
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
+                if draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and not (
+                        draft.features.get("until_claim") or draft.features.get("ends")
+                        or draft.change_kind == "negation"):
+                    roles.setdefault(normalize_name(draft.subject), []).append(
+                        (draft.predicate, draft.object, claim_window(claim, draft).valid_from))
                 if draft.features.get("attribute"):  # "the new deadline" can refer back to it
                     aliases.add(normalize_name(str(draft.features["attribute"])))
             aliases.update(_attributes_named(claim.claim_text, aliases))
@@ -292,10 +300,14 @@ _CHANGE = {"none": "none", "succession": "succession", "correction": "correction
 
 
 def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
-               definitions: dict[str, str] | None = None) -> tuple[list[AssertionDraft], str | None]:
+               definitions: dict[str, str] | None = None,
+               roles: dict[str, list[tuple[str, str, dt.datetime | None]]] | None = None
+               ) -> tuple[list[AssertionDraft], str | None]:
     """A claim's assertions from its parse, or ([], reason). ``definitions`` carries what
     earlier claims of the batch defined ("Kestrel is the team …" → "team": "Kestrel") and is
-    updated with this claim's definitions."""
+    updated with this claim's definitions; ``roles`` the functional roles (leads, owns,
+    sponsors) earlier claims of the batch gave each holder, with their start, for "X succeeds
+    Y" said without a role."""
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
@@ -339,6 +351,11 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
         if r.kind == "reported":
             reason = reason or "reported_speech"
             continue
+        if r.kind == "succession":
+            successor_drafts = succession_drafts(claim, r.subject or "", r.previous_holder or "", roles or {}, extra)
+            drafts.extend(successor_drafts)
+            reason = reason or (None if successor_drafts else "succession_without_role")
+            continue
         if r.kind in ("relation", "attribute") and r.change == "succession" and not r.features.get("schedule") \
                 and _in_future(claim, text):
             r = reading.Reading("plan", subject=r.subject, mood="plan", label=r.label)  # a move not made yet
@@ -348,7 +365,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             if is_entity_name(subject) and is_entity_name(obj) and normalize_name(subject) != normalize_name(obj):
                 previous = clean_surface(r.previous) if r.previous else None
                 drafts.extend(relation_drafts(subject, r.predicate or "", obj, r.change, previous=previous,
-                                              previous_holder=r.previous_holder, extra=extra))
+                                              previous_holder=r.previous_holder, extra=extra,
+                                              dated=claim.valid_from is not None))
                 continue
         if r.kind == "attribute" and r.attribute and r.value:
             value = r.value
@@ -423,12 +441,14 @@ def statement_label_features(text: str, anchor: str) -> dict[str, object]:
 
 
 def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, previous: str | None = None,
-                    previous_holder: str | None = None, extra: dict[str, object] | None = None
-                    ) -> list[AssertionDraft]:
+                    previous_holder: str | None = None, extra: dict[str, object] | None = None,
+                    dated: bool = False) -> list[AssertionDraft]:
     """The drafts one relation reading makes, whichever provider read it: the relation with its
     change kind ("end" is a negation that ``ends`` the fact), and for a succession what held
     until then: "from Frankfurt to Dublin" (the previous object) and "took over from Lena" (the
-    previous holder), each a fact that ends at the claim's time (``until_claim``)."""
+    previous holder), each a fact that ends at the claim's time (``until_claim``). An end the
+    claim dates (``dated``: "is leaving Finch Analytics on 4 December") also says the relation
+    held until then, so the fact is there whether or not another document stated it."""
     extra = dict(extra or {})
     features = dict(extra)
     if change == "end":
@@ -446,8 +466,36 @@ def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, prev
         # "Oren handed the restore drill over to Mateo": Oren held it until then
         drafts.append(AssertionDraft("relation", holder, predicate=predicate, object=obj,
                                      features={**extra, "until_claim": True}))
+    if change == "end" and dated:
+        drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
+                                     features={**extra, "until_claim": True}))
     drafts.append(AssertionDraft("relation", subject, predicate=predicate, object=obj,
                                  change_kind=_CHANGE[change], previous_object=previous, features=features))
+    return drafts
+
+
+def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
+                      roles: dict[str, list[tuple[str, str, dt.datetime | None]]],
+                      extra: dict[str, object] | None = None) -> list[AssertionDraft]:
+    """"He succeeds Paula Greco" with no role named: Paula held each functional role the
+    successor holds in the same document, until the claim's date, else the successor's start,
+    else the day it was said."""
+    predecessor = clean_surface(predecessor)
+    key = normalize_name(clean_surface(successor))
+    if not key or not is_entity_name(predecessor):
+        return []
+    drafts = []
+    for holder, held in sorted(roles.items()):
+        if not compatible(key, holder):
+            continue
+        for predicate, obj, start in held:
+            if normalize_name(obj) == normalize_name(predecessor):
+                continue
+            features: dict[str, object] = {**(extra or {}), "until_claim": True}
+            until = start or claim.asserted_at
+            if claim.valid_from is None and until is not None:  # else the claim's own date ends it
+                features["until"] = _floor(until, "day").isoformat()
+            drafts.append(AssertionDraft("relation", predecessor, predicate=predicate, object=obj, features=features))
     return drafts
 
 
@@ -645,6 +693,9 @@ def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
     new state goes on from the event; a predecessor named in the same claim ("from
     Frankfurt to Dublin on 20 February") held until the event."""
     window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
+    until = draft.features.get("until")
+    if draft.features.get("until_claim") and isinstance(until, str):
+        return Window(None, dt.datetime.fromisoformat(until), "day")  # an end another claim dated
     if draft.features.get("until_claim"):
         if window.valid_from is None:
             return UNKNOWN

@@ -226,13 +226,24 @@ def check_claim(item: ExtractionInput, draft: ClaimDraft) -> tuple[str, str] | N
 
 def ground(item: ExtractionInput, drafts: Sequence[ClaimDraft],
            decisions: Sequence[Decision]) -> tuple[list[ClaimDraft], list[Decision]]:
-    """Pass or reject each draft; rejected ones add a ``grounding_rejected`` decision. Nothing is edited."""
+    """Pass or reject each draft; rejected ones add a ``grounding_rejected`` decision. Nothing is
+    edited. A statement the passage already made (same words, speaker and window: a run-on line
+    repeating itself) is one claim; each repetition is ledgered as a ``duplicate`` drop."""
     passed: list[ClaimDraft] = []
     ledger = list(decisions)
+    seen: dict[tuple[object, ...], ClaimDraft] = {}
     for draft in drafts:
+        same = (" ".join(draft.claim_text.casefold().split()), draft.attributed_to, draft.valid_from,
+                draft.valid_until, draft.valid_precision)
         failure = check_claim(item, draft)
+        if failure is None and same in seen:
+            first = seen[same]
+            ledger.append(Decision("selection_drop", "duplicate", draft.char_start, draft.char_end,
+                                   f"the statement at {first.char_start}-{first.char_end}"))
+            continue
         if failure is None:
             passed.append(draft)
+            seen[same] = draft
             continue
         reason, detail = failure
         ledger.append(Decision("grounding_rejected", reason, draft.char_start, draft.char_end, detail))

@@ -31,7 +31,7 @@ __all__ = ["Reading", "read"]
 
 @dataclass(frozen=True)
 class Reading:
-    kind: str  # relation | attribute | statement | reported | plan | nonfact
+    kind: str  # relation | attribute | statement | reported | plan | nonfact | succession (a role not named)
     subject: str | None = None
     predicate: str | None = None
     object: str | None = None
@@ -131,7 +131,14 @@ evening afternoon night now then time moment end beginning start""".split())
 
 # ------------------------------------------------------------------------- noun phrases
 
+# a word with a number fused to it ("Lead0", "Person12") is a name even when the small model
+# tags it DATE; quarters and fiscal years ("Q3", "FY2026") have no lowercase run
+_NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
+
+
 def _is_time(token: Any) -> bool:
+    if _NUMBERED_NAME.match(token.text):
+        return False
     return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
 
 
@@ -150,6 +157,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     if token.dep_ == "dobj":  # "took over the weekend support rota": the parser's two objects are one
         for sibling in token.head.children:
             if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
+                out.extend(sibling.subtree)
+            # "owns the team offsite budget" parsed with "offsite" a conjunct of the verb: a
+            # conjunct noun right after the object with no coordinator between continues it
+            if sibling.dep_ == "conj" and sibling.pos_ in ("NOUN", "PROPN") and sibling.left_edge.i == \
+                    token.right_edge.i + 1 and not any(c.dep_ == "cc" for c in token.head.children):
                 out.extend(sibling.subtree)
     for child in token.children:
         if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i:
@@ -434,6 +446,12 @@ def read(text: str) -> list[Reading]:
                   and not any(m.dep_ == "mark" and m.lower_ in ("if", "unless", "when", "once", "until", "before",
                                                                   "after", "because", "although", "though")
                               for m in c.children)]
+        # "Eva owns the budget, so Eva will check": the small parser hangs the first clause under
+        # the second as its complement; before a verb that does not report or think, it is a
+        # clause of its own
+        heads += [c for c in root.children if c.dep_ == "ccomp" and c.i < root.i and c.pos_ == "VERB"
+                  and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
+                  and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
         for token in sentence:
@@ -654,15 +672,16 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             return _rel(subjects, held_as, _np_text(c.objects[0]), "end", text)
         return _rel([_np_text(target)], held_as, _np_text(c.objects[0]), succession, text,
                     previous_holder=subjects[0] if subjects else None)
-    if base in _SUCCEED and c.objects and not c.passive:
-        if as_role is None:
+    if base in _SUCCEED and (c.objects and not c.passive or c.passive and c.agent is not None):
+        successors, predecessor = (subjects, _np_text(c.objects[0])) if not c.passive else (
+            [_np_text(c.agent)], subjects[0] if subjects else None)
+        if as_role is not None:
+            return _rel(successors, as_role[0], as_role[1], succession, text, previous_holder=predecessor)
+        if not successors or not predecessor:
             return None
-        return _rel(subjects, as_role[0], as_role[1], succession, text, previous_holder=_np_text(c.objects[0]))
-    if base in _SUCCEED and c.passive and c.agent is not None:
-        if as_role is None:
-            return None
-        return _rel([_np_text(c.agent)], as_role[0], as_role[1], succession, text, previous_holder=subjects[0]
-                    if subjects else None)
+        # "He succeeds Paula Greco": the role is the one the successor holds (read by the normaliser)
+        return [Reading("succession", subject=successors[0], change=succession, previous_holder=predecessor,
+                        label=text)]
     if base in _BECOME:
         role = (_role(c.attr) or _role(c.oprd) or as_role or _role(to) or _role(c.xcomp)
                 or _role(c.objects[0] if c.objects else None))

@@ -3,6 +3,7 @@ local HTTP server (fake_openai.py), and the packaged all-MiniLM-L6-v2 model when
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import math
@@ -342,3 +343,37 @@ async def test_a_query_embedding_gets_only_what_is_left_of_the_request_deadline(
             request_deadline.reset(token)
     budget = float(re.search(r"after ([0-9.]+) s", str(caught.value)).group(1))  # type: ignore[union-attr]
     assert 0 < budget <= 0.5 and caught.value.outcome == "timeout"
+
+
+async def test_minilm_concurrent_calls_share_forward_passes_and_keep_their_vectors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stage embeds a few passages at a time; calls that arrive while the passes are busy
+    # wait and are encoded together, each still getting exactly its own vectors.
+    import threading
+
+    import numpy as np
+
+    batches: list[list[str]] = []
+    started, gate = threading.Event(), threading.Event()
+
+    class Recording:
+        dimension = 384
+
+        def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+            batches.append(list(texts))
+            started.set()
+            gate.wait(5)  # the first pass is slow: the others queue up meanwhile
+            return np.asarray([HashEmbeddings(384).embed_one(t) for t in texts], dtype=np.float32)
+
+    provider = MiniLMEmbeddings(cache_dir=tmp_path, parallel=1, memo_size=0)
+    monkeypatch.setattr(provider, "_load", Recording)
+    calls = [[f"text {i} {j}" for j in range(3)] for i in range(6)]
+    tasks = [asyncio.create_task(provider.embed(c)) for c in calls]
+    assert await asyncio.to_thread(started.wait, 5)
+    await asyncio.sleep(0.2)  # the other five calls are waiting for the one pass slot
+    gate.set()
+    results = await asyncio.gather(*tasks)
+    assert len(batches) == 2  # the first call alone, then the five that waited, in one batch
+    assert sorted(t for b in batches for t in b) == sorted(t for c in calls for t in c)
+    for texts, vectors in zip(calls, results, strict=True):
+        assert vectors == [pytest.approx(HashEmbeddings(384).embed_one(t), abs=1e-6) for t in texts]

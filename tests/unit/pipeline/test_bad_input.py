@@ -57,3 +57,18 @@ def test_what_each_shape_leads_to() -> None:
     assert [o for _, o in ledger(f"# Q\n\n{QUESTIONS}")] == ["selection_drop:question"] * 3
     scripts = [o for _, o in ledger(f"# S\n\n{SCRIPTS}")]
     assert "claim" in scripts and "claimify_omitted:no_predicate" in scripts
+
+
+def test_a_run_on_line_repeating_itself_is_one_claim_per_statement_and_the_rest_is_ledgered() -> None:
+    from services.pipeline.domain.grounding import ground
+
+    document = f"# Bad input\n\n{RUN_ON}\n"
+    item = ExtractionInput(document, Passage("p", document.index("alpha"), len(document)), SAID_ON, None)
+    drafts, decisions = asyncio.run(ParsedClaimProvider().extract(item))
+    kept, ledger = ground(item, drafts, decisions)
+    assert len(drafts) > 100  # the line says the same thing hundreds of times
+    texts = [c.claim_text for c in kept]
+    assert len(texts) == len(set(texts)) and len(texts) <= 3
+    duplicates = [d for d in ledger if d.reason == "duplicate"]
+    assert len(duplicates) + len(kept) + sum(1 for d in ledger if d.kind == "grounding_rejected") == len(drafts)
+    assert all(d.kind == "selection_drop" for d in duplicates)

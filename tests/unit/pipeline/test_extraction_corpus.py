@@ -13,10 +13,7 @@ from bench._extraction import HELDOUT, Score, load_corpus, parse_extractor, run_
 
 SCENARIOS = load_corpus()
 # Scenarios the extractor is known to get wrong, with why (strict: fixing one fails here).
-KNOWN_MISSES = {
-    # "Eva owns the budget, so I will check": the small parser makes "owns" a clause of "check"
-    "chat-planning-trip",
-}
+KNOWN_MISSES: set[str] = set()
 
 
 def test_the_corpus_is_large_and_varied() -> None:
@@ -38,15 +35,23 @@ async def test_scenario(scenario) -> None:
 HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 
 
-async def test_the_held_out_batch_scores_apart_and_does_not_regress() -> None:
-    """The held-out batch is not asserted scenario by scenario (that would make it a tuning set);
-    its totals must not fall below what the extractor scored when the batch was last looked at."""
-    assert len(HELDOUT_SCENARIOS) >= 20
+# F1 and windows floors per held-out group, a little under what the extractor scores now
+# (batch 3 scored F1 0.70 / windows 0.69 when it was written, before any change for it).
+HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.75, 0.75)}
+
+
+@pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
+async def test_the_held_out_batches_score_apart_and_do_not_regress(group: str) -> None:
+    """The held-out batches are not asserted scenario by scenario (that would make them a tuning
+    set); their totals must not fall below what the extractor scored when last looked at."""
     assert not {s.id for s in HELDOUT_SCENARIOS} & {s.id for s in SCENARIOS}
+    scenarios = [s for s in HELDOUT_SCENARIOS if (s.batch >= 3) == (group == "batch 3")]
+    assert len(scenarios) >= 20
     total = Score()
-    for scenario in HELDOUT_SCENARIOS:
+    for scenario in scenarios:
         total.add(score(scenario, await run_scenario(parse_extractor(), scenario)))
-    assert total.f1 >= 0.8 and total.windows >= 0.8, (total.f1, total.windows, total.failures)
+    f1, windows = HELDOUT_FLOORS[group]
+    assert total.f1 >= f1 and total.windows >= windows, (total.f1, total.windows, total.failures)
 
 
 def _orders(count: int, seed: str) -> list[tuple[int, ...]]:

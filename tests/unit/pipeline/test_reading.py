@@ -3,6 +3,7 @@ and bad input that must neither crash nor hang."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -187,3 +188,48 @@ def test_small_parser_errors_are_read_through() -> None:
     assert price.statement == "plan price: 1,050 EUR per month"
     (version,), _ = drafts("The minimum supported iOS version is 16.")  # "supported" taken for the main verb
     assert version.statement == "minimum supported iOS version: 16"
+
+
+@pytest.mark.parametrize("lead", ["Lead0", "Lead3", "Manager12"])
+def test_a_numbered_name_is_a_name_even_when_the_small_model_tags_it_a_date(lead: str) -> None:
+    """"Person0 reports to Lead0": the small model tags "Lead0" DATE (and "reports" a noun), so
+    the object was dropped as a time and the claim became an observation."""
+    d = one(f"Person0 reports to {lead}.")
+    assert (d.kind, d.subject, d.predicate, d.object) == ("relation", "Person0", "reports_to", lead)
+    (quarter,), _ = drafts("The Q3 marketing budget is 120,000 EUR.")
+    assert quarter.statement == "Q3 marketing budget: 120,000 EUR"  # a quarter is still a time word
+
+
+def test_a_succession_without_a_role_ends_the_role_the_successor_holds_in_the_document() -> None:
+    provider = ParseRelationProvider()
+    texts = ["Effective 1 August 2026, Sven Olsen leads the storage team.",
+             "Sven Olsen succeeds Paula Greco, who now leads the compute team."]
+    views = [ClaimView(str(i), t, False, None, dt.datetime(2026, 8, 1, tzinfo=dt.UTC) if i == 0 else None, None,
+                       "open" if i == 0 else "unknown", None, SAID) for i, t in enumerate(texts)]
+    (_, _), (second, _) = asyncio.run(provider.normalize(views, frozenset()))
+    ended = [d for d in second if d.features.get("until_claim")]
+    assert [(d.subject, d.predicate, d.object, d.features["until"][:10]) for d in ended] == [
+        ("Paula Greco", "other:leads", "storage team", "2026-08-01")]
+    # with no role of the successor's in the document, nothing is guessed
+    alone, reason = read_claim(views[1], frozenset(), {}, {})
+    assert not any(d.features.get("until_claim") for d in alone)
+
+
+def test_a_dated_end_holds_the_relation_until_then() -> None:
+    held, end = drafts("Greta Holm is leaving Finch Analytics on 4 December 2026.",
+                       valid_from=dt.datetime(2026, 12, 4, tzinfo=dt.UTC))[0]
+    assert (held.subject, held.predicate, held.object, held.features.get("until_claim")) == (
+        "Greta Holm", "works_for", "Finch Analytics", True)
+    assert end.features.get("ends") is True
+    (undated,), _ = drafts("Lukas Meyer left Acme Corp.")  # no date: an end only
+    assert undated.features.get("ends") is True
+
+
+def test_a_fronted_clause_before_so_is_a_clause_of_its_own_but_not_before_a_verb_of_saying() -> None:
+    relations = [r for r in read("Eva owns the offsite budget, so Eva will check.") if r.kind == "relation"]
+    assert [(r.subject, r.predicate, r.object) for r in relations] == [("Eva", "other:owns", "offsite budget")]
+    # and "offsite" taken for a verb conjoined to "owns" still belongs to the object
+    (owns,) = [r for r in read("Eva owns the team offsite budget, so Eva will check.") if r.kind == "relation"]
+    assert owns.object == "team offsite budget"
+    for text in ("Ravi owns the exporter, Dana thinks.", "Ravi owns the exporter, Dana said."):
+        assert not [r for r in read(text) if r.kind == "relation"], text

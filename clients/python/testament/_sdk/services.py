@@ -167,6 +167,26 @@ class PipelineService(SyncService):
                          timeout_s: float | None = None) -> pipeline_pb2.ListCostReceiptsResponse:
         return self._unary("ListCostReceipts", request, timeout_s, pipeline_pb2.ListCostReceiptsResponse)
 
+    def ReextractVersion(self, request: pipeline_pb2.ReextractVersionRequest, *,
+                         timeout_s: float | None = None) -> pipeline_pb2.ReextractVersionResponse:
+        return self._unary("ReextractVersion", request, timeout_s, pipeline_pb2.ReextractVersionResponse)
+
+    def ReembedSpace(self, request: pipeline_pb2.ReembedSpaceRequest, *,
+                     timeout_s: float | None = None) -> pipeline_pb2.ReembedSpaceResponse:
+        return self._unary("ReembedSpace", request, timeout_s, pipeline_pb2.ReembedSpaceResponse)
+
+    def ListMergeProposals(self, request: pipeline_pb2.ListMergeProposalsRequest, *,
+                           timeout_s: float | None = None) -> pipeline_pb2.ListMergeProposalsResponse:
+        return self._unary("ListMergeProposals", request, timeout_s, pipeline_pb2.ListMergeProposalsResponse)
+
+    def ApplyMerge(self, request: pipeline_pb2.ApplyMergeRequest, *,
+                   timeout_s: float | None = None) -> pipeline_pb2.ApplyMergeResponse:
+        return self._unary("ApplyMerge", request, timeout_s, pipeline_pb2.ApplyMergeResponse)
+
+    def RevertMerge(self, request: pipeline_pb2.RevertMergeRequest, *,
+                    timeout_s: float | None = None) -> pipeline_pb2.RevertMergeResponse:
+        return self._unary("RevertMerge", request, timeout_s, pipeline_pb2.RevertMergeResponse)
+
 
 class AsyncPipelineService(AsyncService):
     """testament.pipeline.v1.PipelineService (asyncio)."""
@@ -192,6 +212,26 @@ class AsyncPipelineService(AsyncService):
     async def ListCostReceipts(self, request: pipeline_pb2.ListCostReceiptsRequest, *,
                                timeout_s: float | None = None) -> pipeline_pb2.ListCostReceiptsResponse:
         return await self._unary("ListCostReceipts", request, timeout_s, pipeline_pb2.ListCostReceiptsResponse)
+
+    async def ReextractVersion(self, request: pipeline_pb2.ReextractVersionRequest, *,
+                               timeout_s: float | None = None) -> pipeline_pb2.ReextractVersionResponse:
+        return await self._unary("ReextractVersion", request, timeout_s, pipeline_pb2.ReextractVersionResponse)
+
+    async def ReembedSpace(self, request: pipeline_pb2.ReembedSpaceRequest, *,
+                           timeout_s: float | None = None) -> pipeline_pb2.ReembedSpaceResponse:
+        return await self._unary("ReembedSpace", request, timeout_s, pipeline_pb2.ReembedSpaceResponse)
+
+    async def ListMergeProposals(self, request: pipeline_pb2.ListMergeProposalsRequest, *,
+                                 timeout_s: float | None = None) -> pipeline_pb2.ListMergeProposalsResponse:
+        return await self._unary("ListMergeProposals", request, timeout_s, pipeline_pb2.ListMergeProposalsResponse)
+
+    async def ApplyMerge(self, request: pipeline_pb2.ApplyMergeRequest, *,
+                         timeout_s: float | None = None) -> pipeline_pb2.ApplyMergeResponse:
+        return await self._unary("ApplyMerge", request, timeout_s, pipeline_pb2.ApplyMergeResponse)
+
+    async def RevertMerge(self, request: pipeline_pb2.RevertMergeRequest, *,
+                          timeout_s: float | None = None) -> pipeline_pb2.RevertMergeResponse:
+        return await self._unary("RevertMerge", request, timeout_s, pipeline_pb2.RevertMergeResponse)
 
 
 class RetrievalService(SyncService):

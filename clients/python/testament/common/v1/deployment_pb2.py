@@ -22,12 +22,13 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from testament.common.v1 import options_pb2 as testament_dot_common_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$testament/common/v1/deployment.proto\x12\x13testament.common.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\"\x15\n\x13\x41uthenticateRequest\"s\n\x14\x41uthenticateResponse\x12\x0c\n\x04open\x18\x01 \x01(\x08\x12\x10\n\x08space_id\x18\x02 \x01(\t\x12\x1a\n\rcredential_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\r\n\x05scope\x18\x04 \x01(\tB\x10\n\x0e_credential_id\"\x16\n\x14GetDeploymentRequest\"\xfa\x02\n\x15GetDeploymentResponse\x12\x16\n\x0e\x62uild_revision\x18\x01 \x01(\t\x12U\n\x0emodel_bindings\x18\x02 \x03(\x0b\x32=.testament.common.v1.GetDeploymentResponse.ModelBindingsEntry\x12(\n\x1b\x64ocument_binding_generation\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x44\n\x05tools\x18\x04 \x03(\x0b\x32\x35.testament.common.v1.GetDeploymentResponse.ToolsEntry\x1a\x34\n\x12ModelBindingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a,\n\nToolsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x42\x1e\n\x1c_document_binding_generation\"\x14\n\x12\x43heckHealthRequest\"%\n\x13\x43heckHealthResponse\x12\x0e\n\x06status\x18\x01 \x01(\t\"U\n\x10\x43reateKeyRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x12\n\nprincipals\x18\x02 \x03(\t\x12\x0f\n\x07trusted\x18\x03 \x01(\x08\x12\r\n\x05label\x18\x04 \x01(\t\"7\n\x11\x43reateKeyResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rcredential_id\x18\x02 \x01(\t\"\x11\n\x0fListKeysRequest\"A\n\x10ListKeysResponse\x12-\n\x04keys\x18\x01 \x03(\x0b\x32\x1f.testament.common.v1.KeySummary\"\xda\x01\n\nKeySummary\x12\x15\n\rcredential_id\x18\x01 \x01(\t\x12\x12\n\nkey_prefix\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x12\n\nprincipals\x18\x04 \x03(\t\x12\x0f\n\x07trusted\x18\x05 \x01(\x08\x12\r\n\x05label\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\")\n\x10RevokeKeyRequest\x12\x15\n\rcredential_id\x18\x01 \x01(\t\"*\n\x11RevokeKeyResponse\x12\x15\n\rcredential_id\x18\x01 \x01(\t\"0\n\x12\x43reateSpaceRequest\x12\x0c\n\x04slug\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"5\n\x13\x43reateSpaceResponse\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x0c\n\x04slug\x18\x02 \x01(\t\"\x13\n\x11ListSpacesRequest\"G\n\x12ListSpacesResponse\x12\x31\n\x06spaces\x18\x01 \x03(\x0b\x32!.testament.common.v1.SpaceSummary\"P\n\x0cSpaceSummary\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x0c\n\x04slug\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\nis_default\x18\x04 \x01(\x08\x32\x80\x07\n\x11\x44\x65ploymentService\x12\x82\x01\n\rGetDeployment\x12).testament.common.v1.GetDeploymentRequest\x1a*.testament.common.v1.GetDeploymentResponse\"\x1a\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\r\x12\x0b/deployment\x12y\n\x0b\x43heckHealth\x12\'.testament.common.v1.CheckHealthRequest\x1a(.testament.common.v1.CheckHealthResponse\"\x17\x90\x02\x01\x88\xb5\x18\x01\x82\xd3\xe4\x93\x02\n\x12\x08/healthz\x12l\n\x0c\x41uthenticate\x12(.testament.common.v1.AuthenticateRequest\x1a).testament.common.v1.AuthenticateResponse\"\x07\x90\x02\x01\x88\xb5\x18\x01\x12\x63\n\tCreateKey\x12%.testament.common.v1.CreateKeyRequest\x1a&.testament.common.v1.CreateKeyResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12`\n\x08ListKeys\x12$.testament.common.v1.ListKeysRequest\x1a%.testament.common.v1.ListKeysResponse\"\x07\x90\x02\x01\x88\xb5\x18\x04\x12\x63\n\tRevokeKey\x12%.testament.common.v1.RevokeKeyRequest\x1a&.testament.common.v1.RevokeKeyResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12i\n\x0b\x43reateSpace\x12\'.testament.common.v1.CreateSpaceRequest\x1a(.testament.common.v1.CreateSpaceResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12\x66\n\nListSpaces\x12&.testament.common.v1.ListSpacesRequest\x1a\'.testament.common.v1.ListSpacesResponse\"\x07\x90\x02\x01\x88\xb5\x18\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$testament/common/v1/deployment.proto\x12\x13testament.common.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\"\x15\n\x13\x41uthenticateRequest\"s\n\x14\x41uthenticateResponse\x12\x0c\n\x04open\x18\x01 \x01(\x08\x12\x10\n\x08space_id\x18\x02 \x01(\t\x12\x1a\n\rcredential_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\r\n\x05scope\x18\x04 \x01(\tB\x10\n\x0e_credential_id\"\x16\n\x14GetDeploymentRequest\"\xfa\x02\n\x15GetDeploymentResponse\x12\x16\n\x0e\x62uild_revision\x18\x01 \x01(\t\x12U\n\x0emodel_bindings\x18\x02 \x03(\x0b\x32=.testament.common.v1.GetDeploymentResponse.ModelBindingsEntry\x12(\n\x1b\x64ocument_binding_generation\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x44\n\x05tools\x18\x04 \x03(\x0b\x32\x35.testament.common.v1.GetDeploymentResponse.ToolsEntry\x1a\x34\n\x12ModelBindingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a,\n\nToolsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x42\x1e\n\x1c_document_binding_generation\"\x14\n\x12\x43heckHealthRequest\"%\n\x13\x43heckHealthResponse\x12\x0e\n\x06status\x18\x01 \x01(\t\"U\n\x10\x43reateKeyRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x12\n\nprincipals\x18\x02 \x03(\t\x12\x0f\n\x07trusted\x18\x03 \x01(\x08\x12\r\n\x05label\x18\x04 \x01(\t\"7\n\x11\x43reateKeyResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rcredential_id\x18\x02 \x01(\t\"\x11\n\x0fListKeysRequest\"A\n\x10ListKeysResponse\x12-\n\x04keys\x18\x01 \x03(\x0b\x32\x1f.testament.common.v1.KeySummary\"\xda\x01\n\nKeySummary\x12\x15\n\rcredential_id\x18\x01 \x01(\t\x12\x12\n\nkey_prefix\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x12\n\nprincipals\x18\x04 \x03(\t\x12\x0f\n\x07trusted\x18\x05 \x01(\x08\x12\r\n\x05label\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"3\n\x10RevokeKeyRequest\x12\x1f\n\rcredential_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"*\n\x11RevokeKeyResponse\x12\x15\n\rcredential_id\x18\x01 \x01(\t\"0\n\x12\x43reateSpaceRequest\x12\x0c\n\x04slug\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"5\n\x13\x43reateSpaceResponse\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x0c\n\x04slug\x18\x02 \x01(\t\"\x13\n\x11ListSpacesRequest\"G\n\x12ListSpacesResponse\x12\x31\n\x06spaces\x18\x01 \x03(\x0b\x32!.testament.common.v1.SpaceSummary\"P\n\x0cSpaceSummary\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x0c\n\x04slug\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\nis_default\x18\x04 \x01(\x08\x32\x80\x07\n\x11\x44\x65ploymentService\x12\x82\x01\n\rGetDeployment\x12).testament.common.v1.GetDeploymentRequest\x1a*.testament.common.v1.GetDeploymentResponse\"\x1a\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\r\x12\x0b/deployment\x12y\n\x0b\x43heckHealth\x12\'.testament.common.v1.CheckHealthRequest\x1a(.testament.common.v1.CheckHealthResponse\"\x17\x90\x02\x01\x88\xb5\x18\x01\x82\xd3\xe4\x93\x02\n\x12\x08/healthz\x12l\n\x0c\x41uthenticate\x12(.testament.common.v1.AuthenticateRequest\x1a).testament.common.v1.AuthenticateResponse\"\x07\x90\x02\x01\x88\xb5\x18\x01\x12\x63\n\tCreateKey\x12%.testament.common.v1.CreateKeyRequest\x1a&.testament.common.v1.CreateKeyResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12`\n\x08ListKeys\x12$.testament.common.v1.ListKeysRequest\x1a%.testament.common.v1.ListKeysResponse\"\x07\x90\x02\x01\x88\xb5\x18\x04\x12\x63\n\tRevokeKey\x12%.testament.common.v1.RevokeKeyRequest\x1a&.testament.common.v1.RevokeKeyResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12i\n\x0b\x43reateSpace\x12\'.testament.common.v1.CreateSpaceRequest\x1a(.testament.common.v1.CreateSpaceResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12\x66\n\nListSpaces\x12&.testament.common.v1.ListSpacesRequest\x1a\'.testament.common.v1.ListSpacesResponse\"\x07\x90\x02\x01\x88\xb5\x18\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,6 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETDEPLOYMENTRESPONSE_MODELBINDINGSENTRY']._serialized_options = b'8\001'
   _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._loaded_options = None
   _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._serialized_options = b'8\001'
+  _globals['_REVOKEKEYREQUEST'].fields_by_name['credential_id']._loaded_options = None
+  _globals['_REVOKEKEYREQUEST'].fields_by_name['credential_id']._serialized_options = b'\272H\005r\003\260\001\001'
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['GetDeployment']._loaded_options = None
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['GetDeployment']._serialized_options = b'\220\002\001\210\265\030\002\202\323\344\223\002\r\022\013/deployment'
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['CheckHealth']._loaded_options = None
@@ -54,46 +57,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['CreateSpace']._serialized_options = b'\220\002\000\210\265\030\004'
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['ListSpaces']._loaded_options = None
   _globals['_DEPLOYMENTSERVICE'].methods_by_name['ListSpaces']._serialized_options = b'\220\002\001\210\265\030\004'
-  _globals['_AUTHENTICATEREQUEST']._serialized_start=159
-  _globals['_AUTHENTICATEREQUEST']._serialized_end=180
-  _globals['_AUTHENTICATERESPONSE']._serialized_start=182
-  _globals['_AUTHENTICATERESPONSE']._serialized_end=297
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=299
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=321
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=324
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=702
-  _globals['_GETDEPLOYMENTRESPONSE_MODELBINDINGSENTRY']._serialized_start=572
-  _globals['_GETDEPLOYMENTRESPONSE_MODELBINDINGSENTRY']._serialized_end=624
-  _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._serialized_start=626
-  _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._serialized_end=670
-  _globals['_CHECKHEALTHREQUEST']._serialized_start=704
-  _globals['_CHECKHEALTHREQUEST']._serialized_end=724
-  _globals['_CHECKHEALTHRESPONSE']._serialized_start=726
-  _globals['_CHECKHEALTHRESPONSE']._serialized_end=763
-  _globals['_CREATEKEYREQUEST']._serialized_start=765
-  _globals['_CREATEKEYREQUEST']._serialized_end=850
-  _globals['_CREATEKEYRESPONSE']._serialized_start=852
-  _globals['_CREATEKEYRESPONSE']._serialized_end=907
-  _globals['_LISTKEYSREQUEST']._serialized_start=909
-  _globals['_LISTKEYSREQUEST']._serialized_end=926
-  _globals['_LISTKEYSRESPONSE']._serialized_start=928
-  _globals['_LISTKEYSRESPONSE']._serialized_end=993
-  _globals['_KEYSUMMARY']._serialized_start=996
-  _globals['_KEYSUMMARY']._serialized_end=1214
-  _globals['_REVOKEKEYREQUEST']._serialized_start=1216
-  _globals['_REVOKEKEYREQUEST']._serialized_end=1257
-  _globals['_REVOKEKEYRESPONSE']._serialized_start=1259
-  _globals['_REVOKEKEYRESPONSE']._serialized_end=1301
-  _globals['_CREATESPACEREQUEST']._serialized_start=1303
-  _globals['_CREATESPACEREQUEST']._serialized_end=1351
-  _globals['_CREATESPACERESPONSE']._serialized_start=1353
-  _globals['_CREATESPACERESPONSE']._serialized_end=1406
-  _globals['_LISTSPACESREQUEST']._serialized_start=1408
-  _globals['_LISTSPACESREQUEST']._serialized_end=1427
-  _globals['_LISTSPACESRESPONSE']._serialized_start=1429
-  _globals['_LISTSPACESRESPONSE']._serialized_end=1500
-  _globals['_SPACESUMMARY']._serialized_start=1502
-  _globals['_SPACESUMMARY']._serialized_end=1582
-  _globals['_DEPLOYMENTSERVICE']._serialized_start=1585
-  _globals['_DEPLOYMENTSERVICE']._serialized_end=2481
+  _globals['_AUTHENTICATEREQUEST']._serialized_start=188
+  _globals['_AUTHENTICATEREQUEST']._serialized_end=209
+  _globals['_AUTHENTICATERESPONSE']._serialized_start=211
+  _globals['_AUTHENTICATERESPONSE']._serialized_end=326
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=328
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=350
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=353
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=731
+  _globals['_GETDEPLOYMENTRESPONSE_MODELBINDINGSENTRY']._serialized_start=601
+  _globals['_GETDEPLOYMENTRESPONSE_MODELBINDINGSENTRY']._serialized_end=653
+  _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._serialized_start=655
+  _globals['_GETDEPLOYMENTRESPONSE_TOOLSENTRY']._serialized_end=699
+  _globals['_CHECKHEALTHREQUEST']._serialized_start=733
+  _globals['_CHECKHEALTHREQUEST']._serialized_end=753
+  _globals['_CHECKHEALTHRESPONSE']._serialized_start=755
+  _globals['_CHECKHEALTHRESPONSE']._serialized_end=792
+  _globals['_CREATEKEYREQUEST']._serialized_start=794
+  _globals['_CREATEKEYREQUEST']._serialized_end=879
+  _globals['_CREATEKEYRESPONSE']._serialized_start=881
+  _globals['_CREATEKEYRESPONSE']._serialized_end=936
+  _globals['_LISTKEYSREQUEST']._serialized_start=938
+  _globals['_LISTKEYSREQUEST']._serialized_end=955
+  _globals['_LISTKEYSRESPONSE']._serialized_start=957
+  _globals['_LISTKEYSRESPONSE']._serialized_end=1022
+  _globals['_KEYSUMMARY']._serialized_start=1025
+  _globals['_KEYSUMMARY']._serialized_end=1243
+  _globals['_REVOKEKEYREQUEST']._serialized_start=1245
+  _globals['_REVOKEKEYREQUEST']._serialized_end=1296
+  _globals['_REVOKEKEYRESPONSE']._serialized_start=1298
+  _globals['_REVOKEKEYRESPONSE']._serialized_end=1340
+  _globals['_CREATESPACEREQUEST']._serialized_start=1342
+  _globals['_CREATESPACEREQUEST']._serialized_end=1390
+  _globals['_CREATESPACERESPONSE']._serialized_start=1392
+  _globals['_CREATESPACERESPONSE']._serialized_end=1445
+  _globals['_LISTSPACESREQUEST']._serialized_start=1447
+  _globals['_LISTSPACESREQUEST']._serialized_end=1466
+  _globals['_LISTSPACESRESPONSE']._serialized_start=1468
+  _globals['_LISTSPACESRESPONSE']._serialized_end=1539
+  _globals['_SPACESUMMARY']._serialized_start=1541
+  _globals['_SPACESUMMARY']._serialized_end=1621
+  _globals['_DEPLOYMENTSERVICE']._serialized_start=1624
+  _globals['_DEPLOYMENTSERVICE']._serialized_end=2520
 # @@protoc_insertion_point(module_scope)

@@ -52,7 +52,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """PERMISSION_DENIED / 403. The credential's scope does not cover the RPC."""
     ERROR_REASON_VALIDATION_FAILED: _ErrorReason.ValueType  # 4
     """INVALID_ARGUMENT / 422. Request fields were refused; google.rpc.BadRequest
-    lists each one (field, message, type).
+    lists each one (field, message, type), at most 10. The fields' buf.validate
+    rules are checked before any RPC runs; a service adds its own checks.
     """
     ERROR_REASON_DEADLINE_EXCEEDED: _ErrorReason.ValueType  # 5
     """DEADLINE_EXCEEDED / 504. The caller's deadline (or the server's default)
@@ -171,6 +172,24 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION / 409. The work unit is not dead-lettered."""
     ERROR_REASON_VERSION_DELETED: _ErrorReason.ValueType  # 82
     """FAILED_PRECONDITION / 409. The work unit's version was deleted (deletion wins)."""
+    ERROR_REASON_NOTHING_TO_REEXTRACT: _ErrorReason.ValueType  # 83
+    """FAILED_PRECONDITION / 409. The version has no finished extraction to redo in
+    the caller's space (unknown, deleted, or work still pending, running or failed).
+    """
+    ERROR_REASON_REEMBED_BUSY: _ErrorReason.ValueType  # 84
+    """FAILED_PRECONDITION / 409. Embedding work of the space is in flight; let the
+    pipeline finish, then re-embed.
+    """
+    ERROR_REASON_MERGE_PROPOSAL_NOT_FOUND: _ErrorReason.ValueType  # 85
+    """NOT_FOUND / 404. No merge proposal with that id in the caller's space."""
+    ERROR_REASON_MERGE_NOT_APPLICABLE: _ErrorReason.ValueType  # 86
+    """FAILED_PRECONDITION / 409. The proposal's status does not allow the change
+    (applying an applied or rejected one, reverting one not applied).
+    """
+    ERROR_REASON_MERGE_CHAIN: _ErrorReason.ValueType  # 87
+    """FAILED_PRECONDITION / 409. A side of the merge is already merged (merges never chain)."""
+    ERROR_REASON_MERGE_TOO_LARGE: _ErrorReason.ValueType  # 88
+    """FAILED_PRECONDITION / 409. The absorbed entity has more facts than a merge may move."""
     ERROR_REASON_UNKNOWN_OPERATION: _ErrorReason.ValueType  # 100
     """--- RetrievalService ------------------------------------------------------
 
@@ -227,7 +246,8 @@ ERROR_REASON_SCOPE_TOO_NARROW: ErrorReason.ValueType  # 3
 """PERMISSION_DENIED / 403. The credential's scope does not cover the RPC."""
 ERROR_REASON_VALIDATION_FAILED: ErrorReason.ValueType  # 4
 """INVALID_ARGUMENT / 422. Request fields were refused; google.rpc.BadRequest
-lists each one (field, message, type).
+lists each one (field, message, type), at most 10. The fields' buf.validate
+rules are checked before any RPC runs; a service adds its own checks.
 """
 ERROR_REASON_DEADLINE_EXCEEDED: ErrorReason.ValueType  # 5
 """DEADLINE_EXCEEDED / 504. The caller's deadline (or the server's default)
@@ -346,6 +366,24 @@ ERROR_REASON_NOT_DEAD_LETTER: ErrorReason.ValueType  # 81
 """FAILED_PRECONDITION / 409. The work unit is not dead-lettered."""
 ERROR_REASON_VERSION_DELETED: ErrorReason.ValueType  # 82
 """FAILED_PRECONDITION / 409. The work unit's version was deleted (deletion wins)."""
+ERROR_REASON_NOTHING_TO_REEXTRACT: ErrorReason.ValueType  # 83
+"""FAILED_PRECONDITION / 409. The version has no finished extraction to redo in
+the caller's space (unknown, deleted, or work still pending, running or failed).
+"""
+ERROR_REASON_REEMBED_BUSY: ErrorReason.ValueType  # 84
+"""FAILED_PRECONDITION / 409. Embedding work of the space is in flight; let the
+pipeline finish, then re-embed.
+"""
+ERROR_REASON_MERGE_PROPOSAL_NOT_FOUND: ErrorReason.ValueType  # 85
+"""NOT_FOUND / 404. No merge proposal with that id in the caller's space."""
+ERROR_REASON_MERGE_NOT_APPLICABLE: ErrorReason.ValueType  # 86
+"""FAILED_PRECONDITION / 409. The proposal's status does not allow the change
+(applying an applied or rejected one, reverting one not applied).
+"""
+ERROR_REASON_MERGE_CHAIN: ErrorReason.ValueType  # 87
+"""FAILED_PRECONDITION / 409. A side of the merge is already merged (merges never chain)."""
+ERROR_REASON_MERGE_TOO_LARGE: ErrorReason.ValueType  # 88
+"""FAILED_PRECONDITION / 409. The absorbed entity has more facts than a merge may move."""
 ERROR_REASON_UNKNOWN_OPERATION: ErrorReason.ValueType  # 100
 """--- RetrievalService ------------------------------------------------------
 

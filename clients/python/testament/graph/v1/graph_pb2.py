@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
@@ -29,7 +30,7 @@ from testament.common.v1 import options_pb2 as testament_dot_common_dot_v1_dot_o
 from testament.common.v1 import types_pb2 as testament_dot_common_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etestament/graph/v1/graph.proto\x12\x12testament.graph.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/types.proto\"\xa4\x02\n\x13NeighborhoodRequest\x12\x17\n\tentity_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x11\n\x04hops\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\npredicates\x18\x03 \x03(\t\x12\x15\n\x08valid_at\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x0b\x62\x65lieved_at\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x12\n\x05limit\x18\x06 \x01(\x05H\x03\x88\x01\x01\x12\x19\n\x0c\x63ontinuation\x18\x07 \x01(\tH\x04\x88\x01\x01\x12\x1a\n\rinclude_paths\x18\x08 \x01(\x08H\x05\x88\x01\x01\x42\x07\n\x05_hopsB\x0b\n\t_valid_atB\x0e\n\x0c_believed_atB\x08\n\x06_limitB\x0f\n\r_continuationB\x10\n\x0e_include_paths\"G\n\x14NeighborhoodResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"\xcd\x01\n\x0bPathRequest\x12\x1c\n\x0e\x66rom_entity_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x0cto_entity_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x08max_hops\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\npredicates\x18\x04 \x03(\t\x12\x15\n\x08valid_at\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x0b\x62\x65lieved_at\x18\x06 \x01(\tH\x02\x88\x01\x01\x42\x0b\n\t_max_hopsB\x0b\n\t_valid_atB\x0e\n\x0c_believed_at\"?\n\x0cPathResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"m\n\x13\x43itationPathRequest\x12\x19\n\x0b\x66rom_doc_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tto_doc_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x08max_hops\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0b\n\t_max_hops\"G\n\x14\x43itationPathResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"\xa0\x01\n\x15\x45xpandEntitiesRequest\x12\x1f\n\x11\x61nchor_entity_ids\x18\x01 \x03(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04hops\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02\x12\x16\n\tpredicate\x18\x03 \x01(\tH\x00\x88\x01\x01\x12,\n\x08valid_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_predicate\"a\n\x16\x45xpandEntitiesResponse\x12\x34\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\".testament.graph.v1.ExpandedEntity\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"1\n\x0e\x45xpandedEntity\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x0c\n\x04hops\x18\x02 \x01(\x05\x32\x9f\x04\n\x0cGraphService\x12\x92\x01\n\x0cNeighborhood\x12\'.testament.graph.v1.NeighborhoodRequest\x1a(.testament.graph.v1.NeighborhoodResponse\"/\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\"\"\x13/graph/neighborhood:\x01*b\x08\x65nvelope\x12r\n\x04Path\x12\x1f.testament.graph.v1.PathRequest\x1a .testament.graph.v1.PathResponse\"\'\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x1a\"\x0b/graph/path:\x01*b\x08\x65nvelope\x12\x93\x01\n\x0c\x43itationPath\x12\'.testament.graph.v1.CitationPathRequest\x1a(.testament.graph.v1.CitationPathResponse\"0\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02#\"\x14/graph/citation-path:\x01*b\x08\x65nvelope\x12p\n\x0e\x45xpandEntities\x12).testament.graph.v1.ExpandEntitiesRequest\x1a*.testament.graph.v1.ExpandEntitiesResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etestament/graph/v1/graph.proto\x12\x12testament.graph.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/types.proto\"\xe3\x02\n\x13NeighborhoodRequest\x12\"\n\tentity_id\x18\x01 \x01(\tB\x0f\xe2\x41\x01\x02\xbaH\x08r\x03\xb0\x01\x01\xc8\x01\x01\x12\x1c\n\x04hops\x18\x02 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\x04(\x01H\x00\x88\x01\x01\x12%\n\npredicates\x18\x03 \x03(\tB\x11\xbaH\x0e\x92\x01\x0b\x10\x64\"\x07r\x05\x10\x01\x18\xc8\x01\x12\x15\n\x08valid_at\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x0b\x62\x65lieved_at\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x1e\n\x05limit\x18\x06 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x01H\x03\x88\x01\x01\x12#\n\x0c\x63ontinuation\x18\x07 \x01(\tB\x08\xbaH\x05r\x03\x18\xc8\x01H\x04\x88\x01\x01\x12\x1a\n\rinclude_paths\x18\x08 \x01(\x08H\x05\x88\x01\x01\x42\x07\n\x05_hopsB\x0b\n\t_valid_atB\x0e\n\x0c_believed_atB\x08\n\x06_limitB\x0f\n\r_continuationB\x10\n\x0e_include_paths\"G\n\x14NeighborhoodResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"\x81\x02\n\x0bPathRequest\x12\'\n\x0e\x66rom_entity_id\x18\x01 \x01(\tB\x0f\xe2\x41\x01\x02\xbaH\x08r\x03\xb0\x01\x01\xc8\x01\x01\x12%\n\x0cto_entity_id\x18\x02 \x01(\tB\x0f\xe2\x41\x01\x02\xbaH\x08r\x03\xb0\x01\x01\xc8\x01\x01\x12 \n\x08max_hops\x18\x03 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\x06(\x01H\x00\x88\x01\x01\x12%\n\npredicates\x18\x04 \x03(\tB\x11\xbaH\x0e\x92\x01\x0b\x10\x64\"\x07r\x05\x10\x01\x18\xc8\x01\x12\x15\n\x08valid_at\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x0b\x62\x65lieved_at\x18\x06 \x01(\tH\x02\x88\x01\x01\x42\x0b\n\t_max_hopsB\x0b\n\t_valid_atB\x0e\n\x0c_believed_at\"?\n\x0cPathResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"\x8e\x01\n\x13\x43itationPathRequest\x12$\n\x0b\x66rom_doc_id\x18\x01 \x01(\tB\x0f\xe2\x41\x01\x02\xbaH\x08r\x03\xb0\x01\x01\xc8\x01\x01\x12\"\n\tto_doc_id\x18\x02 \x01(\tB\x0f\xe2\x41\x01\x02\xbaH\x08r\x03\xb0\x01\x01\xc8\x01\x01\x12 \n\x08max_hops\x18\x03 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\x06(\x01H\x00\x88\x01\x01\x42\x0b\n\t_max_hops\"G\n\x14\x43itationPathResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.testament.common.v1.Envelope\"\xc6\x01\n\x15\x45xpandEntitiesRequest\x12\x30\n\x11\x61nchor_entity_ids\x18\x01 \x03(\tB\x15\xe2\x41\x01\x02\xbaH\x0e\x92\x01\x0b\x08\x01\x10\x13\"\x05r\x03\xb0\x01\x01\x12\x1b\n\x04hops\x18\x02 \x01(\x05\x42\r\xe2\x41\x01\x02\xbaH\x06\x1a\x04\x18\x02(\x01\x12\"\n\tpredicate\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\xc8\x01H\x00\x88\x01\x01\x12,\n\x08valid_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_predicate\"a\n\x16\x45xpandEntitiesResponse\x12\x34\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\".testament.graph.v1.ExpandedEntity\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"1\n\x0e\x45xpandedEntity\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x0c\n\x04hops\x18\x02 \x01(\x05\x32\x9f\x04\n\x0cGraphService\x12\x92\x01\n\x0cNeighborhood\x12\'.testament.graph.v1.NeighborhoodRequest\x1a(.testament.graph.v1.NeighborhoodResponse\"/\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\"\"\x13/graph/neighborhood:\x01*b\x08\x65nvelope\x12r\n\x04Path\x12\x1f.testament.graph.v1.PathRequest\x1a .testament.graph.v1.PathResponse\"\'\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x1a\"\x0b/graph/path:\x01*b\x08\x65nvelope\x12\x93\x01\n\x0c\x43itationPath\x12\'.testament.graph.v1.CitationPathRequest\x1a(.testament.graph.v1.CitationPathResponse\"0\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02#\"\x14/graph/citation-path:\x01*b\x08\x65nvelope\x12p\n\x0e\x45xpandEntities\x12).testament.graph.v1.ExpandEntitiesRequest\x1a*.testament.graph.v1.ExpandEntitiesResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,19 +38,35 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'testament.graph.v1.graph_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NEIGHBORHOODREQUEST'].fields_by_name['entity_id']._loaded_options = None
-  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['entity_id']._serialized_options = b'\342A\001\002'
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['entity_id']._serialized_options = b'\342A\001\002\272H\010r\003\260\001\001\310\001\001'
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['hops']._loaded_options = None
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['hops']._serialized_options = b'\272H\006\032\004\030\004(\001'
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['predicates']._loaded_options = None
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['predicates']._serialized_options = b'\272H\016\222\001\013\020d\"\007r\005\020\001\030\310\001'
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\007\032\005\030\364\003(\001'
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['continuation']._loaded_options = None
+  _globals['_NEIGHBORHOODREQUEST'].fields_by_name['continuation']._serialized_options = b'\272H\005r\003\030\310\001'
   _globals['_PATHREQUEST'].fields_by_name['from_entity_id']._loaded_options = None
-  _globals['_PATHREQUEST'].fields_by_name['from_entity_id']._serialized_options = b'\342A\001\002'
+  _globals['_PATHREQUEST'].fields_by_name['from_entity_id']._serialized_options = b'\342A\001\002\272H\010r\003\260\001\001\310\001\001'
   _globals['_PATHREQUEST'].fields_by_name['to_entity_id']._loaded_options = None
-  _globals['_PATHREQUEST'].fields_by_name['to_entity_id']._serialized_options = b'\342A\001\002'
+  _globals['_PATHREQUEST'].fields_by_name['to_entity_id']._serialized_options = b'\342A\001\002\272H\010r\003\260\001\001\310\001\001'
+  _globals['_PATHREQUEST'].fields_by_name['max_hops']._loaded_options = None
+  _globals['_PATHREQUEST'].fields_by_name['max_hops']._serialized_options = b'\272H\006\032\004\030\006(\001'
+  _globals['_PATHREQUEST'].fields_by_name['predicates']._loaded_options = None
+  _globals['_PATHREQUEST'].fields_by_name['predicates']._serialized_options = b'\272H\016\222\001\013\020d\"\007r\005\020\001\030\310\001'
   _globals['_CITATIONPATHREQUEST'].fields_by_name['from_doc_id']._loaded_options = None
-  _globals['_CITATIONPATHREQUEST'].fields_by_name['from_doc_id']._serialized_options = b'\342A\001\002'
+  _globals['_CITATIONPATHREQUEST'].fields_by_name['from_doc_id']._serialized_options = b'\342A\001\002\272H\010r\003\260\001\001\310\001\001'
   _globals['_CITATIONPATHREQUEST'].fields_by_name['to_doc_id']._loaded_options = None
-  _globals['_CITATIONPATHREQUEST'].fields_by_name['to_doc_id']._serialized_options = b'\342A\001\002'
+  _globals['_CITATIONPATHREQUEST'].fields_by_name['to_doc_id']._serialized_options = b'\342A\001\002\272H\010r\003\260\001\001\310\001\001'
+  _globals['_CITATIONPATHREQUEST'].fields_by_name['max_hops']._loaded_options = None
+  _globals['_CITATIONPATHREQUEST'].fields_by_name['max_hops']._serialized_options = b'\272H\006\032\004\030\006(\001'
   _globals['_EXPANDENTITIESREQUEST'].fields_by_name['anchor_entity_ids']._loaded_options = None
-  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['anchor_entity_ids']._serialized_options = b'\342A\001\002'
+  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['anchor_entity_ids']._serialized_options = b'\342A\001\002\272H\016\222\001\013\010\001\020\023\"\005r\003\260\001\001'
   _globals['_EXPANDENTITIESREQUEST'].fields_by_name['hops']._loaded_options = None
-  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['hops']._serialized_options = b'\342A\001\002'
+  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['hops']._serialized_options = b'\342A\001\002\272H\006\032\004\030\002(\001'
+  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['predicate']._loaded_options = None
+  _globals['_EXPANDENTITIESREQUEST'].fields_by_name['predicate']._serialized_options = b'\272H\007r\005\020\001\030\310\001'
   _globals['_GRAPHSERVICE'].methods_by_name['Neighborhood']._loaded_options = None
   _globals['_GRAPHSERVICE'].methods_by_name['Neighborhood']._serialized_options = b'\220\002\001\210\265\030\002\202\323\344\223\002\"\"\023/graph/neighborhood:\001*b\010envelope'
   _globals['_GRAPHSERVICE'].methods_by_name['Path']._loaded_options = None
@@ -58,24 +75,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GRAPHSERVICE'].methods_by_name['CitationPath']._serialized_options = b'\220\002\001\210\265\030\002\202\323\344\223\002#\"\024/graph/citation-path:\001*b\010envelope'
   _globals['_GRAPHSERVICE'].methods_by_name['ExpandEntities']._loaded_options = None
   _globals['_GRAPHSERVICE'].methods_by_name['ExpandEntities']._serialized_options = b'\220\002\001\210\265\030\002'
-  _globals['_NEIGHBORHOODREQUEST']._serialized_start=219
-  _globals['_NEIGHBORHOODREQUEST']._serialized_end=511
-  _globals['_NEIGHBORHOODRESPONSE']._serialized_start=513
-  _globals['_NEIGHBORHOODRESPONSE']._serialized_end=584
-  _globals['_PATHREQUEST']._serialized_start=587
-  _globals['_PATHREQUEST']._serialized_end=792
-  _globals['_PATHRESPONSE']._serialized_start=794
-  _globals['_PATHRESPONSE']._serialized_end=857
-  _globals['_CITATIONPATHREQUEST']._serialized_start=859
-  _globals['_CITATIONPATHREQUEST']._serialized_end=968
-  _globals['_CITATIONPATHRESPONSE']._serialized_start=970
-  _globals['_CITATIONPATHRESPONSE']._serialized_end=1041
-  _globals['_EXPANDENTITIESREQUEST']._serialized_start=1044
-  _globals['_EXPANDENTITIESREQUEST']._serialized_end=1204
-  _globals['_EXPANDENTITIESRESPONSE']._serialized_start=1206
-  _globals['_EXPANDENTITIESRESPONSE']._serialized_end=1303
-  _globals['_EXPANDEDENTITY']._serialized_start=1305
-  _globals['_EXPANDEDENTITY']._serialized_end=1354
-  _globals['_GRAPHSERVICE']._serialized_start=1357
-  _globals['_GRAPHSERVICE']._serialized_end=1900
+  _globals['_NEIGHBORHOODREQUEST']._serialized_start=248
+  _globals['_NEIGHBORHOODREQUEST']._serialized_end=603
+  _globals['_NEIGHBORHOODRESPONSE']._serialized_start=605
+  _globals['_NEIGHBORHOODRESPONSE']._serialized_end=676
+  _globals['_PATHREQUEST']._serialized_start=679
+  _globals['_PATHREQUEST']._serialized_end=936
+  _globals['_PATHRESPONSE']._serialized_start=938
+  _globals['_PATHRESPONSE']._serialized_end=1001
+  _globals['_CITATIONPATHREQUEST']._serialized_start=1004
+  _globals['_CITATIONPATHREQUEST']._serialized_end=1146
+  _globals['_CITATIONPATHRESPONSE']._serialized_start=1148
+  _globals['_CITATIONPATHRESPONSE']._serialized_end=1219
+  _globals['_EXPANDENTITIESREQUEST']._serialized_start=1222
+  _globals['_EXPANDENTITIESREQUEST']._serialized_end=1420
+  _globals['_EXPANDENTITIESRESPONSE']._serialized_start=1422
+  _globals['_EXPANDENTITIESRESPONSE']._serialized_end=1519
+  _globals['_EXPANDEDENTITY']._serialized_start=1521
+  _globals['_EXPANDEDENTITY']._serialized_end=1570
+  _globals['_GRAPHSERVICE']._serialized_start=1573
+  _globals['_GRAPHSERVICE']._serialized_end=2116
 # @@protoc_insertion_point(module_scope)

@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
@@ -29,7 +30,7 @@ from testament.common.v1 import options_pb2 as testament_dot_common_dot_v1_dot_o
 from testament.common.v1 import stage_pb2 as testament_dot_common_dot_v1_dot_stage__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n testament/ingest/v1/ingest.proto\x12\x13testament.ingest.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/stage.proto\"b\n\rUploadRequest\x12\x35\n\x07options\x18\x01 \x01(\x0b\x32\".testament.ingest.v1.UploadOptionsH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"\x8b\x04\n\rUploadOptions\x12\x16\n\x08\x66ilename\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04mime\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x05title\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bsource_kind\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x17\n\nsource_ref\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x1f\n\x12source_modified_at\x18\x06 \x01(\tH\x03\x88\x01\x01\x12\x41\n\x0fversioning_mode\x18\x07 \x01(\x0e\x32#.testament.ingest.v1.VersioningModeH\x04\x88\x01\x01\x12\x1f\n\x12source_version_ref\x18\x08 \x01(\tH\x05\x88\x01\x01\x12\x1b\n\x0eprincipal_kind\x18\t \x01(\tH\x06\x88\x01\x01\x12\x1a\n\rprincipal_ref\x18\n \x01(\tH\x07\x88\x01\x01\x12\x1a\n\rexpected_size\x18\x0b \x01(\x03H\x08\x88\x01\x01\x12\x0b\n\x03\x61\x63l\x18\x0c \x03(\tB\x08\n\x06_titleB\x0e\n\x0c_source_kindB\r\n\x0b_source_refB\x15\n\x13_source_modified_atB\x12\n\x10_versioning_modeB\x15\n\x13_source_version_refB\x11\n\x0f_principal_kindB\x10\n\x0e_principal_refB\x10\n\x0e_expected_size\"\xc6\x02\n\x0eUploadResponse\x12\x15\n\rdeployment_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x12\n\nversion_id\x18\x03 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x08\x12\x11\n\x04mime\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x12\n\x05title\x18\x07 \x01(\tH\x01\x88\x01\x01\x12\x41\n\x0fversioning_mode\x18\x08 \x01(\x0e\x32#.testament.ingest.v1.VersioningModeH\x02\x88\x01\x01\x12\x36\n\x06parked\x18\t \x01(\x0e\x32!.testament.ingest.v1.ParkedReasonH\x03\x88\x01\x01\x42\x07\n\x05_mimeB\x08\n\x06_titleB\x12\n\x10_versioning_modeB\t\n\x07_parked\"\xab\x01\n\x15ReadinessRequirements\x12\x1b\n\x08pipeline\x18\x01 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x00\x88\x01\x01\x12\x15\n\x02p1\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x01\x88\x01\x01\x12\x1d\n\nlive_graph\x18\x03 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x02\x88\x01\x01\x12\x15\n\x02p3\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x03\x88\x01\x01\x42\x0b\n\t_pipelineB\x05\n\x03_p1B\r\n\x0b_live_graphB\x05\n\x03_p3\"s\n\x13GetReadinessRequest\x12\x19\n\x0bversion_ids\x18\x01 \x03(\tB\x04\xe2\x41\x01\x02\x12\x41\n\x07require\x18\x02 \x01(\x0b\x32*.testament.ingest.v1.ReadinessRequirementsB\x04\xe2\x41\x01\x02\"T\n\x14GetReadinessResponse\x12<\n\x06report\x18\x01 \x01(\x0b\x32,.testament.ingest.v1.PipelineReadinessReport\"u\n\x15WatchReadinessRequest\x12\x19\n\x0bversion_ids\x18\x01 \x03(\tB\x04\xe2\x41\x01\x02\x12\x41\n\x07require\x18\x02 \x01(\x0b\x32*.testament.ingest.v1.ReadinessRequirementsB\x04\xe2\x41\x01\x02\"V\n\x16WatchReadinessResponse\x12<\n\x06report\x18\x01 \x01(\x0b\x32,.testament.ingest.v1.PipelineReadinessReport\"\x93\x03\n\x17PipelineReadinessReport\x12\r\n\x05ready\x18\x01 \x01(\x08\x12?\n\x08versions\x18\x02 \x03(\x0b\x32-.testament.ingest.v1.VersionPipelineReadiness\x12\x37\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32!.testament.ingest.v1.Capabilities\x12(\n\x1b\x64ocument_binding_generation\x18\x04 \x01(\tH\x00\x88\x01\x01\x12W\n\x0emodel_bindings\x18\x05 \x03(\x0b\x32?.testament.ingest.v1.PipelineReadinessReport.ModelBindingsEntry\x12\x16\n\x0e\x62uild_revision\x18\x06 \x01(\t\x1a\x34\n\x12ModelBindingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1e\n\x1c_document_binding_generation\"\xf4\x01\n\x0c\x43\x61pabilities\x12:\n\x08pipeline\x18\x01 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12\x34\n\x02p1\x18\x02 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12<\n\nlive_graph\x18\x03 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12\x34\n\x02p3\x18\x04 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\"\xf8\x01\n\x13\x43\x61pabilityReadiness\x12\x10\n\x08required\x18\x01 \x01(\x08\x12\r\n\x05ready\x18\x02 \x01(\x08\x12.\n\nchecked_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x07version\x18\x05 \x01(\tH\x00\x88\x01\x01\x12,\n\x08\x62uilt_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cpublished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\n\n\x08_version\"z\n\x18VersionPipelineReadiness\x12\x12\n\nversion_id\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x08\x12;\n\x06stages\x18\x03 \x03(\x0b\x32+.testament.ingest.v1.PipelineStageReadiness\"\xf3\x01\n\x16PipelineStageReadiness\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x19\n\x11\x63omponent_version\x18\x02 \x01(\t\x12\x30\n\x06status\x18\x03 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12/\n\x0b\x66inished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x0c\x64\x65\x66\x65r_reason\x18\x05 \x01(\x0e\x32 .testament.common.v1.DeferReasonH\x00\x88\x01\x01\x42\x0f\n\r_defer_reason\"\x99\x01\n\x14ListDocumentsRequest\x12\x12\n\x05limit\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x38\n\x06status\x18\x03 \x01(\x0e\x32#.testament.ingest.v1.DocumentStatusH\x02\x88\x01\x01\x42\x08\n\x06_limitB\t\n\x07_cursorB\t\n\x07_status\"p\n\x15ListDocumentsResponse\x12\x37\n\tdocuments\x18\x01 \x03(\x0b\x32$.testament.ingest.v1.DocumentSummary\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xfd\x01\n\x0f\x44ocumentSummary\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x12\n\x05title\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bsource_kind\x18\x03 \x01(\t\x12\x17\n\nsource_uri\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x31\n\rfirst_seen_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x06latest\x18\x06 \x01(\x0b\x32+.testament.ingest.v1.DocumentVersionSummary\x12\x0f\n\x07serving\x18\x07 \x01(\x08\x42\x08\n\x06_titleB\r\n\x0b_source_uri\"\xc4\x01\n\x16\x44ocumentVersionSummary\x12\x12\n\nversion_id\x18\x01 \x01(\t\x12\x12\n\nversion_no\x18\x02 \x01(\x05\x12\x33\n\x06status\x18\x03 \x01(\x0e\x32#.testament.ingest.v1.DocumentStatus\x12/\n\x0bingested_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\x05\x65rror\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"-\n\x15\x44\x65leteDocumentRequest\x12\x14\n\x06\x64oc_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\xa7\x01\n\x16\x44\x65leteDocumentResponse\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12.\n\ndeleted_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63laims_retired\x18\x03 \x01(\x03\x12\x18\n\x10relations_closed\x18\x04 \x01(\x03\x12\x1b\n\x13observations_closed\x18\x05 \x01(\x03*k\n\x0eVersioningMode\x12\x1f\n\x1bVERSIONING_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18VERSIONING_MODE_SNAPSHOT\x10\x01\x12\x1a\n\x16VERSIONING_MODE_LIVING\x10\x02*I\n\x0cParkedReason\x12\x1d\n\x19PARKED_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16PARKED_REASON_NO_ROUTE\x10\x01*\xe5\x01\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x44OCUMENT_STATUS_INGESTING\x10\x01\x12\x1e\n\x1a\x44OCUMENT_STATUS_CONVERTING\x10\x02\x12\x1f\n\x1b\x44OCUMENT_STATUS_STRUCTURING\x10\x03\x12\x19\n\x15\x44OCUMENT_STATUS_READY\x10\x04\x12\x1a\n\x16\x44OCUMENT_STATUS_FAILED\x10\x05\x12\x1b\n\x17\x44OCUMENT_STATUS_DELETED\x10\x06\x32\x92\x05\n\rIngestService\x12k\n\x06Upload\x12\".testament.ingest.v1.UploadRequest\x1a#.testament.ingest.v1.UploadResponse\"\x16\x90\x02\x02\x88\xb5\x18\x03\x82\xd3\xe4\x93\x02\t\"\x07/ingest(\x01\x12\x89\x01\n\x0cGetReadiness\x12(.testament.ingest.v1.GetReadinessRequest\x1a).testament.ingest.v1.GetReadinessResponse\"$\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x17\"\n/readiness:\x01*b\x06report\x12t\n\x0eWatchReadiness\x12*.testament.ingest.v1.WatchReadinessRequest\x1a+.testament.ingest.v1.WatchReadinessResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x30\x01\x12\x81\x01\n\rListDocuments\x12).testament.ingest.v1.ListDocumentsRequest\x1a*.testament.ingest.v1.ListDocumentsResponse\"\x19\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x0c\x12\n/documents\x12\x8d\x01\n\x0e\x44\x65leteDocument\x12*.testament.ingest.v1.DeleteDocumentRequest\x1a+.testament.ingest.v1.DeleteDocumentResponse\"\"\x90\x02\x02\x88\xb5\x18\x04\x82\xd3\xe4\x93\x02\x15*\x13/documents/{doc_id}b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n testament/ingest/v1/ingest.proto\x12\x13testament.ingest.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/stage.proto\"b\n\rUploadRequest\x12\x35\n\x07options\x18\x01 \x01(\x0b\x32\".testament.ingest.v1.UploadOptionsH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"\x8b\x04\n\rUploadOptions\x12\x16\n\x08\x66ilename\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04mime\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x05title\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bsource_kind\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x17\n\nsource_ref\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x1f\n\x12source_modified_at\x18\x06 \x01(\tH\x03\x88\x01\x01\x12\x41\n\x0fversioning_mode\x18\x07 \x01(\x0e\x32#.testament.ingest.v1.VersioningModeH\x04\x88\x01\x01\x12\x1f\n\x12source_version_ref\x18\x08 \x01(\tH\x05\x88\x01\x01\x12\x1b\n\x0eprincipal_kind\x18\t \x01(\tH\x06\x88\x01\x01\x12\x1a\n\rprincipal_ref\x18\n \x01(\tH\x07\x88\x01\x01\x12\x1a\n\rexpected_size\x18\x0b \x01(\x03H\x08\x88\x01\x01\x12\x0b\n\x03\x61\x63l\x18\x0c \x03(\tB\x08\n\x06_titleB\x0e\n\x0c_source_kindB\r\n\x0b_source_refB\x15\n\x13_source_modified_atB\x12\n\x10_versioning_modeB\x15\n\x13_source_version_refB\x11\n\x0f_principal_kindB\x10\n\x0e_principal_refB\x10\n\x0e_expected_size\"\xc6\x02\n\x0eUploadResponse\x12\x15\n\rdeployment_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x12\n\nversion_id\x18\x03 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x08\x12\x11\n\x04mime\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x12\n\x05title\x18\x07 \x01(\tH\x01\x88\x01\x01\x12\x41\n\x0fversioning_mode\x18\x08 \x01(\x0e\x32#.testament.ingest.v1.VersioningModeH\x02\x88\x01\x01\x12\x36\n\x06parked\x18\t \x01(\x0e\x32!.testament.ingest.v1.ParkedReasonH\x03\x88\x01\x01\x42\x07\n\x05_mimeB\x08\n\x06_titleB\x12\n\x10_versioning_modeB\t\n\x07_parked\"\xab\x01\n\x15ReadinessRequirements\x12\x1b\n\x08pipeline\x18\x01 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x00\x88\x01\x01\x12\x15\n\x02p1\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x01\x88\x01\x01\x12\x1d\n\nlive_graph\x18\x03 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x02\x88\x01\x01\x12\x15\n\x02p3\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x02H\x03\x88\x01\x01\x42\x0b\n\t_pipelineB\x05\n\x03_p1B\r\n\x0b_live_graphB\x05\n\x03_p3\"\x85\x01\n\x13GetReadinessRequest\x12+\n\x0bversion_ids\x18\x01 \x03(\tB\x16\xe2\x41\x01\x02\xbaH\x0f\x92\x01\x0c\x08\x01\x10\xe8\x07\"\x05r\x03\xb0\x01\x01\x12\x41\n\x07require\x18\x02 \x01(\x0b\x32*.testament.ingest.v1.ReadinessRequirementsB\x04\xe2\x41\x01\x02\"T\n\x14GetReadinessResponse\x12<\n\x06report\x18\x01 \x01(\x0b\x32,.testament.ingest.v1.PipelineReadinessReport\"\x87\x01\n\x15WatchReadinessRequest\x12+\n\x0bversion_ids\x18\x01 \x03(\tB\x16\xe2\x41\x01\x02\xbaH\x0f\x92\x01\x0c\x08\x01\x10\xe8\x07\"\x05r\x03\xb0\x01\x01\x12\x41\n\x07require\x18\x02 \x01(\x0b\x32*.testament.ingest.v1.ReadinessRequirementsB\x04\xe2\x41\x01\x02\"V\n\x16WatchReadinessResponse\x12<\n\x06report\x18\x01 \x01(\x0b\x32,.testament.ingest.v1.PipelineReadinessReport\"\x93\x03\n\x17PipelineReadinessReport\x12\r\n\x05ready\x18\x01 \x01(\x08\x12?\n\x08versions\x18\x02 \x03(\x0b\x32-.testament.ingest.v1.VersionPipelineReadiness\x12\x37\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32!.testament.ingest.v1.Capabilities\x12(\n\x1b\x64ocument_binding_generation\x18\x04 \x01(\tH\x00\x88\x01\x01\x12W\n\x0emodel_bindings\x18\x05 \x03(\x0b\x32?.testament.ingest.v1.PipelineReadinessReport.ModelBindingsEntry\x12\x16\n\x0e\x62uild_revision\x18\x06 \x01(\t\x1a\x34\n\x12ModelBindingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1e\n\x1c_document_binding_generation\"\xf4\x01\n\x0c\x43\x61pabilities\x12:\n\x08pipeline\x18\x01 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12\x34\n\x02p1\x18\x02 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12<\n\nlive_graph\x18\x03 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\x12\x34\n\x02p3\x18\x04 \x01(\x0b\x32(.testament.ingest.v1.CapabilityReadiness\"\xf8\x01\n\x13\x43\x61pabilityReadiness\x12\x10\n\x08required\x18\x01 \x01(\x08\x12\r\n\x05ready\x18\x02 \x01(\x08\x12.\n\nchecked_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x07version\x18\x05 \x01(\tH\x00\x88\x01\x01\x12,\n\x08\x62uilt_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cpublished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\n\n\x08_version\"z\n\x18VersionPipelineReadiness\x12\x12\n\nversion_id\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x08\x12;\n\x06stages\x18\x03 \x03(\x0b\x32+.testament.ingest.v1.PipelineStageReadiness\"\xf3\x01\n\x16PipelineStageReadiness\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x19\n\x11\x63omponent_version\x18\x02 \x01(\t\x12\x30\n\x06status\x18\x03 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12/\n\x0b\x66inished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x0c\x64\x65\x66\x65r_reason\x18\x05 \x01(\x0e\x32 .testament.common.v1.DeferReasonH\x00\x88\x01\x01\x42\x0f\n\r_defer_reason\"\xa5\x01\n\x14ListDocumentsRequest\x12\x1e\n\x05limit\x18\x01 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xc8\x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x38\n\x06status\x18\x03 \x01(\x0e\x32#.testament.ingest.v1.DocumentStatusH\x02\x88\x01\x01\x42\x08\n\x06_limitB\t\n\x07_cursorB\t\n\x07_status\"p\n\x15ListDocumentsResponse\x12\x37\n\tdocuments\x18\x01 \x03(\x0b\x32$.testament.ingest.v1.DocumentSummary\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xfd\x01\n\x0f\x44ocumentSummary\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x12\n\x05title\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bsource_kind\x18\x03 \x01(\t\x12\x17\n\nsource_uri\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x31\n\rfirst_seen_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x06latest\x18\x06 \x01(\x0b\x32+.testament.ingest.v1.DocumentVersionSummary\x12\x0f\n\x07serving\x18\x07 \x01(\x08\x42\x08\n\x06_titleB\r\n\x0b_source_uri\"\xc4\x01\n\x16\x44ocumentVersionSummary\x12\x12\n\nversion_id\x18\x01 \x01(\t\x12\x12\n\nversion_no\x18\x02 \x01(\x05\x12\x33\n\x06status\x18\x03 \x01(\x0e\x32#.testament.ingest.v1.DocumentStatus\x12/\n\x0bingested_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\x05\x65rror\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"5\n\x15\x44\x65leteDocumentRequest\x12\x1c\n\x06\x64oc_id\x18\x01 \x01(\tB\x0c\xe2\x41\x01\x02\xbaH\x05r\x03\xb0\x01\x01\"\xa7\x01\n\x16\x44\x65leteDocumentResponse\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12.\n\ndeleted_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63laims_retired\x18\x03 \x01(\x03\x12\x18\n\x10relations_closed\x18\x04 \x01(\x03\x12\x1b\n\x13observations_closed\x18\x05 \x01(\x03*k\n\x0eVersioningMode\x12\x1f\n\x1bVERSIONING_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18VERSIONING_MODE_SNAPSHOT\x10\x01\x12\x1a\n\x16VERSIONING_MODE_LIVING\x10\x02*I\n\x0cParkedReason\x12\x1d\n\x19PARKED_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16PARKED_REASON_NO_ROUTE\x10\x01*\xe5\x01\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x44OCUMENT_STATUS_INGESTING\x10\x01\x12\x1e\n\x1a\x44OCUMENT_STATUS_CONVERTING\x10\x02\x12\x1f\n\x1b\x44OCUMENT_STATUS_STRUCTURING\x10\x03\x12\x19\n\x15\x44OCUMENT_STATUS_READY\x10\x04\x12\x1a\n\x16\x44OCUMENT_STATUS_FAILED\x10\x05\x12\x1b\n\x17\x44OCUMENT_STATUS_DELETED\x10\x06\x32\x92\x05\n\rIngestService\x12k\n\x06Upload\x12\".testament.ingest.v1.UploadRequest\x1a#.testament.ingest.v1.UploadResponse\"\x16\x90\x02\x02\x88\xb5\x18\x03\x82\xd3\xe4\x93\x02\t\"\x07/ingest(\x01\x12\x89\x01\n\x0cGetReadiness\x12(.testament.ingest.v1.GetReadinessRequest\x1a).testament.ingest.v1.GetReadinessResponse\"$\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x17\"\n/readiness:\x01*b\x06report\x12t\n\x0eWatchReadiness\x12*.testament.ingest.v1.WatchReadinessRequest\x1a+.testament.ingest.v1.WatchReadinessResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x30\x01\x12\x81\x01\n\rListDocuments\x12).testament.ingest.v1.ListDocumentsRequest\x1a*.testament.ingest.v1.ListDocumentsResponse\"\x19\x90\x02\x01\x88\xb5\x18\x02\x82\xd3\xe4\x93\x02\x0c\x12\n/documents\x12\x8d\x01\n\x0e\x44\x65leteDocument\x12*.testament.ingest.v1.DeleteDocumentRequest\x1a+.testament.ingest.v1.DeleteDocumentResponse\"\"\x90\x02\x02\x88\xb5\x18\x04\x82\xd3\xe4\x93\x02\x15*\x13/documents/{doc_id}b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,17 +50,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READINESSREQUIREMENTS'].fields_by_name['p3']._loaded_options = None
   _globals['_READINESSREQUIREMENTS'].fields_by_name['p3']._serialized_options = b'\342A\001\002'
   _globals['_GETREADINESSREQUEST'].fields_by_name['version_ids']._loaded_options = None
-  _globals['_GETREADINESSREQUEST'].fields_by_name['version_ids']._serialized_options = b'\342A\001\002'
+  _globals['_GETREADINESSREQUEST'].fields_by_name['version_ids']._serialized_options = b'\342A\001\002\272H\017\222\001\014\010\001\020\350\007\"\005r\003\260\001\001'
   _globals['_GETREADINESSREQUEST'].fields_by_name['require']._loaded_options = None
   _globals['_GETREADINESSREQUEST'].fields_by_name['require']._serialized_options = b'\342A\001\002'
   _globals['_WATCHREADINESSREQUEST'].fields_by_name['version_ids']._loaded_options = None
-  _globals['_WATCHREADINESSREQUEST'].fields_by_name['version_ids']._serialized_options = b'\342A\001\002'
+  _globals['_WATCHREADINESSREQUEST'].fields_by_name['version_ids']._serialized_options = b'\342A\001\002\272H\017\222\001\014\010\001\020\350\007\"\005r\003\260\001\001'
   _globals['_WATCHREADINESSREQUEST'].fields_by_name['require']._loaded_options = None
   _globals['_WATCHREADINESSREQUEST'].fields_by_name['require']._serialized_options = b'\342A\001\002'
   _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._loaded_options = None
   _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._serialized_options = b'8\001'
+  _globals['_LISTDOCUMENTSREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_LISTDOCUMENTSREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\007\032\005\030\310\001(\001'
   _globals['_DELETEDOCUMENTREQUEST'].fields_by_name['doc_id']._loaded_options = None
-  _globals['_DELETEDOCUMENTREQUEST'].fields_by_name['doc_id']._serialized_options = b'\342A\001\002'
+  _globals['_DELETEDOCUMENTREQUEST'].fields_by_name['doc_id']._serialized_options = b'\342A\001\002\272H\005r\003\260\001\001'
   _globals['_INGESTSERVICE'].methods_by_name['Upload']._loaded_options = None
   _globals['_INGESTSERVICE'].methods_by_name['Upload']._serialized_options = b'\220\002\002\210\265\030\003\202\323\344\223\002\t\"\007/ingest'
   _globals['_INGESTSERVICE'].methods_by_name['GetReadiness']._loaded_options = None
@@ -70,52 +73,52 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INGESTSERVICE'].methods_by_name['ListDocuments']._serialized_options = b'\220\002\001\210\265\030\002\202\323\344\223\002\014\022\n/documents'
   _globals['_INGESTSERVICE'].methods_by_name['DeleteDocument']._loaded_options = None
   _globals['_INGESTSERVICE'].methods_by_name['DeleteDocument']._serialized_options = b'\220\002\002\210\265\030\004\202\323\344\223\002\025*\023/documents/{doc_id}'
-  _globals['_VERSIONINGMODE']._serialized_start=3976
-  _globals['_VERSIONINGMODE']._serialized_end=4083
-  _globals['_PARKEDREASON']._serialized_start=4085
-  _globals['_PARKEDREASON']._serialized_end=4158
-  _globals['_DOCUMENTSTATUS']._serialized_start=4161
-  _globals['_DOCUMENTSTATUS']._serialized_end=4390
-  _globals['_UPLOADREQUEST']._serialized_start=221
-  _globals['_UPLOADREQUEST']._serialized_end=319
-  _globals['_UPLOADOPTIONS']._serialized_start=322
-  _globals['_UPLOADOPTIONS']._serialized_end=845
-  _globals['_UPLOADRESPONSE']._serialized_start=848
-  _globals['_UPLOADRESPONSE']._serialized_end=1174
-  _globals['_READINESSREQUIREMENTS']._serialized_start=1177
-  _globals['_READINESSREQUIREMENTS']._serialized_end=1348
-  _globals['_GETREADINESSREQUEST']._serialized_start=1350
-  _globals['_GETREADINESSREQUEST']._serialized_end=1465
-  _globals['_GETREADINESSRESPONSE']._serialized_start=1467
-  _globals['_GETREADINESSRESPONSE']._serialized_end=1551
-  _globals['_WATCHREADINESSREQUEST']._serialized_start=1553
-  _globals['_WATCHREADINESSREQUEST']._serialized_end=1670
-  _globals['_WATCHREADINESSRESPONSE']._serialized_start=1672
-  _globals['_WATCHREADINESSRESPONSE']._serialized_end=1758
-  _globals['_PIPELINEREADINESSREPORT']._serialized_start=1761
-  _globals['_PIPELINEREADINESSREPORT']._serialized_end=2164
-  _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._serialized_start=2080
-  _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._serialized_end=2132
-  _globals['_CAPABILITIES']._serialized_start=2167
-  _globals['_CAPABILITIES']._serialized_end=2411
-  _globals['_CAPABILITYREADINESS']._serialized_start=2414
-  _globals['_CAPABILITYREADINESS']._serialized_end=2662
-  _globals['_VERSIONPIPELINEREADINESS']._serialized_start=2664
-  _globals['_VERSIONPIPELINEREADINESS']._serialized_end=2786
-  _globals['_PIPELINESTAGEREADINESS']._serialized_start=2789
-  _globals['_PIPELINESTAGEREADINESS']._serialized_end=3032
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=3035
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=3188
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=3190
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=3302
-  _globals['_DOCUMENTSUMMARY']._serialized_start=3305
-  _globals['_DOCUMENTSUMMARY']._serialized_end=3558
-  _globals['_DOCUMENTVERSIONSUMMARY']._serialized_start=3561
-  _globals['_DOCUMENTVERSIONSUMMARY']._serialized_end=3757
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=3759
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=3804
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=3807
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=3974
-  _globals['_INGESTSERVICE']._serialized_start=4393
-  _globals['_INGESTSERVICE']._serialized_end=5051
+  _globals['_VERSIONINGMODE']._serialized_start=4063
+  _globals['_VERSIONINGMODE']._serialized_end=4170
+  _globals['_PARKEDREASON']._serialized_start=4172
+  _globals['_PARKEDREASON']._serialized_end=4245
+  _globals['_DOCUMENTSTATUS']._serialized_start=4248
+  _globals['_DOCUMENTSTATUS']._serialized_end=4477
+  _globals['_UPLOADREQUEST']._serialized_start=250
+  _globals['_UPLOADREQUEST']._serialized_end=348
+  _globals['_UPLOADOPTIONS']._serialized_start=351
+  _globals['_UPLOADOPTIONS']._serialized_end=874
+  _globals['_UPLOADRESPONSE']._serialized_start=877
+  _globals['_UPLOADRESPONSE']._serialized_end=1203
+  _globals['_READINESSREQUIREMENTS']._serialized_start=1206
+  _globals['_READINESSREQUIREMENTS']._serialized_end=1377
+  _globals['_GETREADINESSREQUEST']._serialized_start=1380
+  _globals['_GETREADINESSREQUEST']._serialized_end=1513
+  _globals['_GETREADINESSRESPONSE']._serialized_start=1515
+  _globals['_GETREADINESSRESPONSE']._serialized_end=1599
+  _globals['_WATCHREADINESSREQUEST']._serialized_start=1602
+  _globals['_WATCHREADINESSREQUEST']._serialized_end=1737
+  _globals['_WATCHREADINESSRESPONSE']._serialized_start=1739
+  _globals['_WATCHREADINESSRESPONSE']._serialized_end=1825
+  _globals['_PIPELINEREADINESSREPORT']._serialized_start=1828
+  _globals['_PIPELINEREADINESSREPORT']._serialized_end=2231
+  _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._serialized_start=2147
+  _globals['_PIPELINEREADINESSREPORT_MODELBINDINGSENTRY']._serialized_end=2199
+  _globals['_CAPABILITIES']._serialized_start=2234
+  _globals['_CAPABILITIES']._serialized_end=2478
+  _globals['_CAPABILITYREADINESS']._serialized_start=2481
+  _globals['_CAPABILITYREADINESS']._serialized_end=2729
+  _globals['_VERSIONPIPELINEREADINESS']._serialized_start=2731
+  _globals['_VERSIONPIPELINEREADINESS']._serialized_end=2853
+  _globals['_PIPELINESTAGEREADINESS']._serialized_start=2856
+  _globals['_PIPELINESTAGEREADINESS']._serialized_end=3099
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=3102
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=3267
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=3269
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=3381
+  _globals['_DOCUMENTSUMMARY']._serialized_start=3384
+  _globals['_DOCUMENTSUMMARY']._serialized_end=3637
+  _globals['_DOCUMENTVERSIONSUMMARY']._serialized_start=3640
+  _globals['_DOCUMENTVERSIONSUMMARY']._serialized_end=3836
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=3838
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=3891
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=3894
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=4061
+  _globals['_INGESTSERVICE']._serialized_start=4480
+  _globals['_INGESTSERVICE']._serialized_end=5138
 # @@protoc_insertion_point(module_scope)

@@ -208,9 +208,10 @@ class UploadOptions(_message.Message):
     principal_ref: _builtins.str
     """X-Ingest-Principal-Ref header: 1-255 printable ASCII; with principal_kind."""
     expected_size: _builtins.int
-    """The declared body size (HTTP Content-Length). Required when a body cap is
-    configured: absent -> 411 `length_required`; above the cap -> 413
-    `body_too_large`. The service also enforces the cap on the bytes received.
+    """The declared body size (HTTP Content-Length), informational: the gateway
+    answers 411 `length_required` itself when a body cap is configured and the
+    HTTP request has none, and 413 `body_too_large` above the cap. The service
+    enforces the cap on the bytes received, whatever this field says.
     """
     @_builtins.property
     def acl(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

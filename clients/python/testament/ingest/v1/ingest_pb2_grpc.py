@@ -91,8 +91,9 @@ class IngestServiceServicer:
         order (the gateway special-cases this route: the octet-stream body becomes
         chunks). Idempotent by SHA-256 of the bytes, or by the source_kind/ref pair
         when given (see UploadOptions). Returns the version in force.
-        Errors: 411 `length_required` (no Content-Length / expected_size while a
-        body cap is set; FAILED_PRECONDITION); 413 `body_too_large` (over
+        Errors: 411 `length_required` (HTTP only: the gateway answers it, before
+        any RPC, to a body without Content-Length while a body cap is set; over
+        gRPC the cap is enforced on the bytes received); 413 `body_too_large` (over
         TESTAMENT_INGEST_BODY_MAX_BYTES; RESOURCE_EXHAUSTED); 409
         `source_forgotten` (hard-forgotten bytes or pair; permanent;
         FAILED_PRECONDITION);

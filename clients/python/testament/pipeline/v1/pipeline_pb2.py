@@ -22,21 +22,42 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from testament.common.v1 import options_pb2 as testament_dot_common_dot_v1_dot_options__pb2
 from testament.common.v1 import stage_pb2 as testament_dot_common_dot_v1_dot_stage__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$testament/pipeline/v1/pipeline.proto\x12\x15testament.pipeline.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/stage.proto\"\x9c\x01\n\x16ListDeadLettersRequest\x12\x12\n\x05limit\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x12\n\x05stage\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x17\n\nversion_id\x18\x04 \x01(\tH\x03\x88\x01\x01\x42\x08\n\x06_limitB\t\n\x07_cursorB\x08\n\x06_stageB\r\n\x0b_version_id\"r\n\x17ListDeadLettersResponse\x12\x37\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32!.testament.pipeline.v1.DeadLetter\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xe0\x01\n\nDeadLetter\x12\x14\n\x0cwork_unit_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x12\n\nversion_id\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\x19\n\x11\x63omponent_version\x18\x05 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\x12\x17\n\nlast_error\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x34\n\x10\x64\x65\x61\x64_lettered_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_last_error\"\x89\x01\n\x17ReplayDeadLetterRequest\x12\x1a\n\x0cwork_unit_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x08\x61ttempts\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0b\n\t_attempts\"\xa4\x01\n\x18ReplayDeadLetterResponse\x12\x14\n\x0cwork_unit_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\x05\x12.\n\nnot_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"2\n\x14ResumeNoRouteRequest\x12\x11\n\x04mime\x18\x01 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_mime\"5\n\x15ResumeNoRouteResponse\x12\x1c\n\x14released_version_ids\x18\x01 \x03(\t\"%\n\x13InspectQueueRequest\x12\x0e\n\x06stages\x18\x01 \x03(\t\"z\n\x14InspectQueueResponse\x12\x31\n\x06\x63ounts\x18\x01 \x03(\x0b\x32!.testament.pipeline.v1.QueueCount\x12/\n\x0bobserved_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe1\x01\n\nQueueCount\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12;\n\x0c\x64\x65\x66\x65r_reason\x18\x03 \x01(\x0e\x32 .testament.common.v1.DeferReasonH\x00\x88\x01\x01\x12\r\n\x05\x63ount\x18\x04 \x01(\x03\x12\x35\n\x11oldest_created_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0f\n\r_defer_reason\"W\n\x17ListCostReceiptsRequest\x12\x13\n\x06\x63ursor\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x01\x88\x01\x01\x42\t\n\x07_cursorB\x08\n\x06_limit\"\xd2\x02\n\x18ListCostReceiptsResponse\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12\x15\n\rdeployment_id\x18\x02 \x01(\t\x12/\n\x0bserver_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07horizon\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x06\x63ursor\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bnext_cursor\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x10persist_failures\x18\x07 \x01(\x03\x12\x15\n\rscope_missing\x18\x08 \x01(\x03\x12\x34\n\x08receipts\x18\t \x03(\x0b\x32\".testament.pipeline.v1.CostReceiptB\t\n\x07_cursorB\x0e\n\x0c_next_cursor\"\x8d\x04\n\x0b\x43ostReceipt\x12\x0f\n\x07\x63ost_id\x18\x01 \x01(\t\x12\x15\n\rdeployment_id\x18\x02 \x01(\t\x12\x31\n\x06source\x18\x03 \x01(\x0e\x32!.testament.pipeline.v1.CostSource\x12\x0f\n\x07work_id\x18\x04 \x01(\t\x12\x12\n\x05stage\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04lane\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x14\n\x07\x61ttempt\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12\x14\n\x07surface\x18\x08 \x01(\tH\x03\x88\x01\x01\x12\x10\n\x08\x63\x61ll_key\x18\t \x01(\t\x12\x0f\n\x07outcome\x18\n \x01(\t\x12\x17\n\nmodel_name\x18\x0b \x01(\tH\x04\x88\x01\x01\x12\x16\n\ttokens_in\x18\x0c \x01(\x03H\x05\x88\x01\x01\x12\x17\n\ntokens_out\x18\r \x01(\x03H\x06\x88\x01\x01\x12\x15\n\x08\x63ost_usd\x18\x0e \x01(\tH\x07\x88\x01\x01\x12\x17\n\nlatency_ms\x18\x0f \x01(\x03H\x08\x88\x01\x01\x12/\n\x0boccurred_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06_stageB\x07\n\x05_laneB\n\n\x08_attemptB\n\n\x08_surfaceB\r\n\x0b_model_nameB\x0c\n\n_tokens_inB\r\n\x0b_tokens_outB\x0b\n\t_cost_usdB\r\n\x0b_latency_ms*Z\n\nCostSource\x12\x1b\n\x17\x43OST_SOURCE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43OST_SOURCE_WORKER\x10\x01\x12\x17\n\x13\x43OST_SOURCE_SURFACE\x10\x02\x32\xef\x04\n\x0fPipelineService\x12y\n\x0fListDeadLetters\x12-.testament.pipeline.v1.ListDeadLettersRequest\x1a..testament.pipeline.v1.ListDeadLettersResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12|\n\x10ReplayDeadLetter\x12..testament.pipeline.v1.ReplayDeadLetterRequest\x1a/.testament.pipeline.v1.ReplayDeadLetterResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12s\n\rResumeNoRoute\x12+.testament.pipeline.v1.ResumeNoRouteRequest\x1a,.testament.pipeline.v1.ResumeNoRouteResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12p\n\x0cInspectQueue\x12*.testament.pipeline.v1.InspectQueueRequest\x1a+.testament.pipeline.v1.InspectQueueResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12|\n\x10ListCostReceipts\x12..testament.pipeline.v1.ListCostReceiptsRequest\x1a/.testament.pipeline.v1.ListCostReceiptsResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$testament/pipeline/v1/pipeline.proto\x12\x15testament.pipeline.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!testament/common/v1/options.proto\x1a\x1ftestament/common/v1/stage.proto\"\xb2\x01\n\x16ListDeadLettersRequest\x12\x1e\n\x05limit\x18\x01 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xc8\x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x12\n\x05stage\x18\x03 \x01(\tH\x02\x88\x01\x01\x12!\n\nversion_id\x18\x04 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01H\x03\x88\x01\x01\x42\x08\n\x06_limitB\t\n\x07_cursorB\x08\n\x06_stageB\r\n\x0b_version_id\"r\n\x17ListDeadLettersResponse\x12\x37\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32!.testament.pipeline.v1.DeadLetter\x12\x13\n\x06\x63ursor\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xe0\x01\n\nDeadLetter\x12\x14\n\x0cwork_unit_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x12\n\nversion_id\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\x19\n\x11\x63omponent_version\x18\x05 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\x12\x17\n\nlast_error\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x34\n\x10\x64\x65\x61\x64_lettered_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_last_error\"\x9c\x01\n\x17ReplayDeadLetterRequest\x12\"\n\x0cwork_unit_id\x18\x01 \x01(\tB\x0c\xe2\x41\x01\x02\xbaH\x05r\x03\xb0\x01\x01\x12 \n\x08\x61ttempts\x18\x02 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\n(\x01H\x00\x88\x01\x01\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0b\n\t_attempts\"\xa4\x01\n\x18ReplayDeadLetterResponse\x12\x14\n\x0cwork_unit_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\x05\x12.\n\nnot_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"2\n\x14ResumeNoRouteRequest\x12\x11\n\x04mime\x18\x01 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_mime\"5\n\x15ResumeNoRouteResponse\x12\x1c\n\x14released_version_ids\x18\x01 \x03(\t\"%\n\x13InspectQueueRequest\x12\x0e\n\x06stages\x18\x01 \x03(\t\"z\n\x14InspectQueueResponse\x12\x31\n\x06\x63ounts\x18\x01 \x03(\x0b\x32!.testament.pipeline.v1.QueueCount\x12/\n\x0bobserved_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe1\x01\n\nQueueCount\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .testament.common.v1.StageStatus\x12;\n\x0c\x64\x65\x66\x65r_reason\x18\x03 \x01(\x0e\x32 .testament.common.v1.DeferReasonH\x00\x88\x01\x01\x12\r\n\x05\x63ount\x18\x04 \x01(\x03\x12\x35\n\x11oldest_created_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0f\n\r_defer_reason\"c\n\x17ListCostReceiptsRequest\x12\x13\n\x06\x63ursor\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x1e\n\x05limit\x18\x02 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x01H\x01\x88\x01\x01\x42\t\n\x07_cursorB\x08\n\x06_limit\"\xd2\x02\n\x18ListCostReceiptsResponse\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12\x15\n\rdeployment_id\x18\x02 \x01(\t\x12/\n\x0bserver_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07horizon\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x06\x63ursor\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0bnext_cursor\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x18\n\x10persist_failures\x18\x07 \x01(\x03\x12\x15\n\rscope_missing\x18\x08 \x01(\x03\x12\x34\n\x08receipts\x18\t \x03(\x0b\x32\".testament.pipeline.v1.CostReceiptB\t\n\x07_cursorB\x0e\n\x0c_next_cursor\"\x8d\x04\n\x0b\x43ostReceipt\x12\x0f\n\x07\x63ost_id\x18\x01 \x01(\t\x12\x15\n\rdeployment_id\x18\x02 \x01(\t\x12\x31\n\x06source\x18\x03 \x01(\x0e\x32!.testament.pipeline.v1.CostSource\x12\x0f\n\x07work_id\x18\x04 \x01(\t\x12\x12\n\x05stage\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04lane\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x14\n\x07\x61ttempt\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12\x14\n\x07surface\x18\x08 \x01(\tH\x03\x88\x01\x01\x12\x10\n\x08\x63\x61ll_key\x18\t \x01(\t\x12\x0f\n\x07outcome\x18\n \x01(\t\x12\x17\n\nmodel_name\x18\x0b \x01(\tH\x04\x88\x01\x01\x12\x16\n\ttokens_in\x18\x0c \x01(\x03H\x05\x88\x01\x01\x12\x17\n\ntokens_out\x18\r \x01(\x03H\x06\x88\x01\x01\x12\x15\n\x08\x63ost_usd\x18\x0e \x01(\tH\x07\x88\x01\x01\x12\x17\n\nlatency_ms\x18\x0f \x01(\x03H\x08\x88\x01\x01\x12/\n\x0boccurred_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06_stageB\x07\n\x05_laneB\n\n\x08_attemptB\n\n\x08_surfaceB\r\n\x0b_model_nameB\x0c\n\n_tokens_inB\r\n\x0b_tokens_outB\x0b\n\t_cost_usdB\r\n\x0b_latency_ms\";\n\x17ReextractVersionRequest\x12 \n\nversion_id\x18\x01 \x01(\tB\x0c\xe2\x41\x01\x02\xbaH\x05r\x03\xb0\x01\x01\"B\n\x18ReextractVersionResponse\x12\x12\n\nversion_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\"\x15\n\x13ReembedSpaceRequest\"\x91\x02\n\x14ReembedSpaceResponse\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x1b\n\x0eprevious_model\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\r\n\x05model\x18\x03 \x01(\t\x12\x16\n\tdimension\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12O\n\nreembedded\x18\x05 \x03(\x0b\x32;.testament.pipeline.v1.ReembedSpaceResponse.ReembeddedEntry\x1a\x31\n\x0fReembeddedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x11\n\x0f_previous_modelB\x0c\n\n_dimension\"\x95\x01\n\x19ListMergeProposalsRequest\x12\x43\n\x06status\x18\x01 \x01(\x0e\x32\".testament.pipeline.v1.MergeStatusB\n\xbaH\x07\x82\x01\x04\x10\x01 \x00H\x00\x88\x01\x01\x12\x1e\n\x05limit\x18\x02 \x01(\x05\x42\n\xbaH\x07\x1a\x05\x18\xf4\x03(\x01H\x01\x88\x01\x01\x42\t\n\x07_statusB\x08\n\x06_limit\"U\n\x1aListMergeProposalsResponse\x12\x37\n\tproposals\x18\x01 \x03(\x0b\x32$.testament.pipeline.v1.MergeProposal\"\xd0\x02\n\rMergeProposal\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12\x13\n\x0bsurvivor_id\x18\x02 \x01(\t\x12\x15\n\rsurvivor_name\x18\x03 \x01(\t\x12\x13\n\x0b\x61\x62sorbed_id\x18\x04 \x01(\t\x12\x15\n\rabsorbed_name\x18\x05 \x01(\t\x12\r\n\x05score\x18\x06 \x01(\x01\x12\x32\n\x06status\x18\x07 \x01(\x0e\x32\".testament.pipeline.v1.MergeStatus\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\napplied_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0breverted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\x11\x41pplyMergeRequest\x12!\n\x0bproposal_id\x18\x01 \x01(\tB\x0c\xe2\x41\x01\x02\xbaH\x05r\x03\xb0\x01\x01\"H\n\x12\x41pplyMergeResponse\x12\x32\n\x06\x63hange\x18\x01 \x01(\x0b\x32\".testament.pipeline.v1.MergeChange\"7\n\x12RevertMergeRequest\x12!\n\x0bproposal_id\x18\x01 \x01(\tB\x0c\xe2\x41\x01\x02\xbaH\x05r\x03\xb0\x01\x01\"I\n\x13RevertMergeResponse\x12\x32\n\x06\x63hange\x18\x01 \x01(\x0b\x32\".testament.pipeline.v1.MergeChange\"\x80\x02\n\x0bMergeChange\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12\x32\n\x06status\x18\x02 \x01(\x0e\x32\".testament.pipeline.v1.MergeStatus\x12\x13\n\x0bsurvivor_id\x18\x03 \x01(\t\x12\x13\n\x0b\x61\x62sorbed_id\x18\x04 \x01(\t\x12\r\n\x05\x66\x61\x63ts\x18\x05 \x01(\x05\x12\x0f\n\x07\x61liases\x18\x06 \x01(\x05\x12\x15\n\x08mentions\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14\x66\x61\x63ts_still_pointing\x18\x08 \x01(\x05H\x01\x88\x01\x01\x42\x0b\n\t_mentionsB\x17\n\x15_facts_still_pointing*Z\n\nCostSource\x12\x1b\n\x17\x43OST_SOURCE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43OST_SOURCE_WORKER\x10\x01\x12\x17\n\x13\x43OST_SOURCE_SURFACE\x10\x02*\x96\x01\n\x0bMergeStatus\x12\x1c\n\x18MERGE_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15MERGE_STATUS_PROPOSED\x10\x01\x12\x18\n\x14MERGE_STATUS_APPLIED\x10\x02\x12\x19\n\x15MERGE_STATUS_REVERTED\x10\x03\x12\x19\n\x15MERGE_STATUS_REJECTED\x10\x04\x32\xbf\t\n\x0fPipelineService\x12y\n\x0fListDeadLetters\x12-.testament.pipeline.v1.ListDeadLettersRequest\x1a..testament.pipeline.v1.ListDeadLettersResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12|\n\x10ReplayDeadLetter\x12..testament.pipeline.v1.ReplayDeadLetterRequest\x1a/.testament.pipeline.v1.ReplayDeadLetterResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12s\n\rResumeNoRoute\x12+.testament.pipeline.v1.ResumeNoRouteRequest\x1a,.testament.pipeline.v1.ResumeNoRouteResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12p\n\x0cInspectQueue\x12*.testament.pipeline.v1.InspectQueueRequest\x1a+.testament.pipeline.v1.InspectQueueResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12|\n\x10ListCostReceipts\x12..testament.pipeline.v1.ListCostReceiptsRequest\x1a/.testament.pipeline.v1.ListCostReceiptsResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12|\n\x10ReextractVersion\x12..testament.pipeline.v1.ReextractVersionRequest\x1a/.testament.pipeline.v1.ReextractVersionResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12p\n\x0cReembedSpace\x12*.testament.pipeline.v1.ReembedSpaceRequest\x1a+.testament.pipeline.v1.ReembedSpaceResponse\"\x07\x90\x02\x02\x88\xb5\x18\x04\x12\x82\x01\n\x12ListMergeProposals\x12\x30.testament.pipeline.v1.ListMergeProposalsRequest\x1a\x31.testament.pipeline.v1.ListMergeProposalsResponse\"\x07\x90\x02\x01\x88\xb5\x18\x02\x12j\n\nApplyMerge\x12(.testament.pipeline.v1.ApplyMergeRequest\x1a).testament.pipeline.v1.ApplyMergeResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x12m\n\x0bRevertMerge\x12).testament.pipeline.v1.RevertMergeRequest\x1a*.testament.pipeline.v1.RevertMergeResponse\"\x07\x90\x02\x00\x88\xb5\x18\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'testament.pipeline.v1.pipeline_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_LISTDEADLETTERSREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_LISTDEADLETTERSREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\007\032\005\030\310\001(\001'
+  _globals['_LISTDEADLETTERSREQUEST'].fields_by_name['version_id']._loaded_options = None
+  _globals['_LISTDEADLETTERSREQUEST'].fields_by_name['version_id']._serialized_options = b'\272H\005r\003\260\001\001'
   _globals['_REPLAYDEADLETTERREQUEST'].fields_by_name['work_unit_id']._loaded_options = None
-  _globals['_REPLAYDEADLETTERREQUEST'].fields_by_name['work_unit_id']._serialized_options = b'\342A\001\002'
+  _globals['_REPLAYDEADLETTERREQUEST'].fields_by_name['work_unit_id']._serialized_options = b'\342A\001\002\272H\005r\003\260\001\001'
+  _globals['_REPLAYDEADLETTERREQUEST'].fields_by_name['attempts']._loaded_options = None
+  _globals['_REPLAYDEADLETTERREQUEST'].fields_by_name['attempts']._serialized_options = b'\272H\006\032\004\030\n(\001'
+  _globals['_LISTCOSTRECEIPTSREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_LISTCOSTRECEIPTSREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\007\032\005\030\364\003(\001'
+  _globals['_REEXTRACTVERSIONREQUEST'].fields_by_name['version_id']._loaded_options = None
+  _globals['_REEXTRACTVERSIONREQUEST'].fields_by_name['version_id']._serialized_options = b'\342A\001\002\272H\005r\003\260\001\001'
+  _globals['_REEMBEDSPACERESPONSE_REEMBEDDEDENTRY']._loaded_options = None
+  _globals['_REEMBEDSPACERESPONSE_REEMBEDDEDENTRY']._serialized_options = b'8\001'
+  _globals['_LISTMERGEPROPOSALSREQUEST'].fields_by_name['status']._loaded_options = None
+  _globals['_LISTMERGEPROPOSALSREQUEST'].fields_by_name['status']._serialized_options = b'\272H\007\202\001\004\020\001 \000'
+  _globals['_LISTMERGEPROPOSALSREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_LISTMERGEPROPOSALSREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\007\032\005\030\364\003(\001'
+  _globals['_APPLYMERGEREQUEST'].fields_by_name['proposal_id']._loaded_options = None
+  _globals['_APPLYMERGEREQUEST'].fields_by_name['proposal_id']._serialized_options = b'\342A\001\002\272H\005r\003\260\001\001'
+  _globals['_REVERTMERGEREQUEST'].fields_by_name['proposal_id']._loaded_options = None
+  _globals['_REVERTMERGEREQUEST'].fields_by_name['proposal_id']._serialized_options = b'\342A\001\002\272H\005r\003\260\001\001'
   _globals['_PIPELINESERVICE'].methods_by_name['ListDeadLetters']._loaded_options = None
   _globals['_PIPELINESERVICE'].methods_by_name['ListDeadLetters']._serialized_options = b'\220\002\001\210\265\030\002'
   _globals['_PIPELINESERVICE'].methods_by_name['ReplayDeadLetter']._loaded_options = None
@@ -47,34 +68,72 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PIPELINESERVICE'].methods_by_name['InspectQueue']._serialized_options = b'\220\002\001\210\265\030\002'
   _globals['_PIPELINESERVICE'].methods_by_name['ListCostReceipts']._loaded_options = None
   _globals['_PIPELINESERVICE'].methods_by_name['ListCostReceipts']._serialized_options = b'\220\002\001\210\265\030\002'
-  _globals['_COSTSOURCE']._serialized_start=2462
-  _globals['_COSTSOURCE']._serialized_end=2552
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=198
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=354
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=356
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=470
-  _globals['_DEADLETTER']._serialized_start=473
-  _globals['_DEADLETTER']._serialized_end=697
-  _globals['_REPLAYDEADLETTERREQUEST']._serialized_start=700
-  _globals['_REPLAYDEADLETTERREQUEST']._serialized_end=837
-  _globals['_REPLAYDEADLETTERRESPONSE']._serialized_start=840
-  _globals['_REPLAYDEADLETTERRESPONSE']._serialized_end=1004
-  _globals['_RESUMENOROUTEREQUEST']._serialized_start=1006
-  _globals['_RESUMENOROUTEREQUEST']._serialized_end=1056
-  _globals['_RESUMENOROUTERESPONSE']._serialized_start=1058
-  _globals['_RESUMENOROUTERESPONSE']._serialized_end=1111
-  _globals['_INSPECTQUEUEREQUEST']._serialized_start=1113
-  _globals['_INSPECTQUEUEREQUEST']._serialized_end=1150
-  _globals['_INSPECTQUEUERESPONSE']._serialized_start=1152
-  _globals['_INSPECTQUEUERESPONSE']._serialized_end=1274
-  _globals['_QUEUECOUNT']._serialized_start=1277
-  _globals['_QUEUECOUNT']._serialized_end=1502
-  _globals['_LISTCOSTRECEIPTSREQUEST']._serialized_start=1504
-  _globals['_LISTCOSTRECEIPTSREQUEST']._serialized_end=1591
-  _globals['_LISTCOSTRECEIPTSRESPONSE']._serialized_start=1594
-  _globals['_LISTCOSTRECEIPTSRESPONSE']._serialized_end=1932
-  _globals['_COSTRECEIPT']._serialized_start=1935
-  _globals['_COSTRECEIPT']._serialized_end=2460
-  _globals['_PIPELINESERVICE']._serialized_start=2555
-  _globals['_PIPELINESERVICE']._serialized_end=3178
+  _globals['_PIPELINESERVICE'].methods_by_name['ReextractVersion']._loaded_options = None
+  _globals['_PIPELINESERVICE'].methods_by_name['ReextractVersion']._serialized_options = b'\220\002\000\210\265\030\004'
+  _globals['_PIPELINESERVICE'].methods_by_name['ReembedSpace']._loaded_options = None
+  _globals['_PIPELINESERVICE'].methods_by_name['ReembedSpace']._serialized_options = b'\220\002\002\210\265\030\004'
+  _globals['_PIPELINESERVICE'].methods_by_name['ListMergeProposals']._loaded_options = None
+  _globals['_PIPELINESERVICE'].methods_by_name['ListMergeProposals']._serialized_options = b'\220\002\001\210\265\030\002'
+  _globals['_PIPELINESERVICE'].methods_by_name['ApplyMerge']._loaded_options = None
+  _globals['_PIPELINESERVICE'].methods_by_name['ApplyMerge']._serialized_options = b'\220\002\000\210\265\030\004'
+  _globals['_PIPELINESERVICE'].methods_by_name['RevertMerge']._loaded_options = None
+  _globals['_PIPELINESERVICE'].methods_by_name['RevertMerge']._serialized_options = b'\220\002\000\210\265\030\004'
+  _globals['_COSTSOURCE']._serialized_start=4071
+  _globals['_COSTSOURCE']._serialized_end=4161
+  _globals['_MERGESTATUS']._serialized_start=4164
+  _globals['_MERGESTATUS']._serialized_end=4314
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=227
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=405
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=407
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=521
+  _globals['_DEADLETTER']._serialized_start=524
+  _globals['_DEADLETTER']._serialized_end=748
+  _globals['_REPLAYDEADLETTERREQUEST']._serialized_start=751
+  _globals['_REPLAYDEADLETTERREQUEST']._serialized_end=907
+  _globals['_REPLAYDEADLETTERRESPONSE']._serialized_start=910
+  _globals['_REPLAYDEADLETTERRESPONSE']._serialized_end=1074
+  _globals['_RESUMENOROUTEREQUEST']._serialized_start=1076
+  _globals['_RESUMENOROUTEREQUEST']._serialized_end=1126
+  _globals['_RESUMENOROUTERESPONSE']._serialized_start=1128
+  _globals['_RESUMENOROUTERESPONSE']._serialized_end=1181
+  _globals['_INSPECTQUEUEREQUEST']._serialized_start=1183
+  _globals['_INSPECTQUEUEREQUEST']._serialized_end=1220
+  _globals['_INSPECTQUEUERESPONSE']._serialized_start=1222
+  _globals['_INSPECTQUEUERESPONSE']._serialized_end=1344
+  _globals['_QUEUECOUNT']._serialized_start=1347
+  _globals['_QUEUECOUNT']._serialized_end=1572
+  _globals['_LISTCOSTRECEIPTSREQUEST']._serialized_start=1574
+  _globals['_LISTCOSTRECEIPTSREQUEST']._serialized_end=1673
+  _globals['_LISTCOSTRECEIPTSRESPONSE']._serialized_start=1676
+  _globals['_LISTCOSTRECEIPTSRESPONSE']._serialized_end=2014
+  _globals['_COSTRECEIPT']._serialized_start=2017
+  _globals['_COSTRECEIPT']._serialized_end=2542
+  _globals['_REEXTRACTVERSIONREQUEST']._serialized_start=2544
+  _globals['_REEXTRACTVERSIONREQUEST']._serialized_end=2603
+  _globals['_REEXTRACTVERSIONRESPONSE']._serialized_start=2605
+  _globals['_REEXTRACTVERSIONRESPONSE']._serialized_end=2671
+  _globals['_REEMBEDSPACEREQUEST']._serialized_start=2673
+  _globals['_REEMBEDSPACEREQUEST']._serialized_end=2694
+  _globals['_REEMBEDSPACERESPONSE']._serialized_start=2697
+  _globals['_REEMBEDSPACERESPONSE']._serialized_end=2970
+  _globals['_REEMBEDSPACERESPONSE_REEMBEDDEDENTRY']._serialized_start=2888
+  _globals['_REEMBEDSPACERESPONSE_REEMBEDDEDENTRY']._serialized_end=2937
+  _globals['_LISTMERGEPROPOSALSREQUEST']._serialized_start=2973
+  _globals['_LISTMERGEPROPOSALSREQUEST']._serialized_end=3122
+  _globals['_LISTMERGEPROPOSALSRESPONSE']._serialized_start=3124
+  _globals['_LISTMERGEPROPOSALSRESPONSE']._serialized_end=3209
+  _globals['_MERGEPROPOSAL']._serialized_start=3212
+  _globals['_MERGEPROPOSAL']._serialized_end=3548
+  _globals['_APPLYMERGEREQUEST']._serialized_start=3550
+  _globals['_APPLYMERGEREQUEST']._serialized_end=3604
+  _globals['_APPLYMERGERESPONSE']._serialized_start=3606
+  _globals['_APPLYMERGERESPONSE']._serialized_end=3678
+  _globals['_REVERTMERGEREQUEST']._serialized_start=3680
+  _globals['_REVERTMERGEREQUEST']._serialized_end=3735
+  _globals['_REVERTMERGERESPONSE']._serialized_start=3737
+  _globals['_REVERTMERGERESPONSE']._serialized_end=3810
+  _globals['_MERGECHANGE']._serialized_start=3813
+  _globals['_MERGECHANGE']._serialized_end=4069
+  _globals['_PIPELINESERVICE']._serialized_start=4317
+  _globals['_PIPELINESERVICE']._serialized_end=5532
 # @@protoc_insertion_point(module_scope)

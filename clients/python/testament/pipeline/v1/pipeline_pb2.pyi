@@ -45,6 +45,38 @@ COST_SOURCE_SURFACE: CostSource.ValueType  # 2
 """A serving surface (query-time calls)."""
 Global___CostSource: _TypeAlias = CostSource  # noqa: Y015
 
+class _MergeStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MergeStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MergeStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MERGE_STATUS_UNSPECIFIED: _MergeStatus.ValueType  # 0
+    """Never sent; as a filter, absent means every status."""
+    MERGE_STATUS_PROPOSED: _MergeStatus.ValueType  # 1
+    """Recorded, not applied."""
+    MERGE_STATUS_APPLIED: _MergeStatus.ValueType  # 2
+    """Applied (the absorbed entity redirects to the survivor)."""
+    MERGE_STATUS_REVERTED: _MergeStatus.ValueType  # 3
+    """Applied, then reverted."""
+    MERGE_STATUS_REJECTED: _MergeStatus.ValueType  # 4
+    """Rejected by an operator."""
+
+class MergeStatus(_MergeStatus, metaclass=_MergeStatusEnumTypeWrapper):
+    """MergeStatus: where a merge proposal stands."""
+
+MERGE_STATUS_UNSPECIFIED: MergeStatus.ValueType  # 0
+"""Never sent; as a filter, absent means every status."""
+MERGE_STATUS_PROPOSED: MergeStatus.ValueType  # 1
+"""Recorded, not applied."""
+MERGE_STATUS_APPLIED: MergeStatus.ValueType  # 2
+"""Applied (the absorbed entity redirects to the survivor)."""
+MERGE_STATUS_REVERTED: MergeStatus.ValueType  # 3
+"""Applied, then reverted."""
+MERGE_STATUS_REJECTED: MergeStatus.ValueType  # 4
+"""Rejected by an operator."""
+Global___MergeStatus: _TypeAlias = MergeStatus  # noqa: Y015
+
 @_typing.final
 class ListDeadLettersRequest(_message.Message):
     """ListDeadLettersRequest: filters and paging."""
@@ -612,3 +644,405 @@ class CostReceipt(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__tokens_out) -> _WhichOneofReturnType__tokens_out | None: ...
 
 Global___CostReceipt: _TypeAlias = CostReceipt  # noqa: Y015
+
+@_typing.final
+class ReextractVersionRequest(_message.Message):
+    """ReextractVersionRequest: which version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_ID_FIELD_NUMBER: _builtins.int
+    version_id: _builtins.str
+    """Version UUID. Required."""
+    def __init__(
+        self,
+        *,
+        version_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["version_id", b"version_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReextractVersionRequest: _TypeAlias = ReextractVersionRequest  # noqa: Y015
+
+@_typing.final
+class ReextractVersionResponse(_message.Message):
+    """ReextractVersionResponse: the generation started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    version_id: _builtins.str
+    """Version UUID."""
+    generation: _builtins.str
+    """The new generation's suffix of the claim stages' unit keys (e.g. "#1")."""
+    def __init__(
+        self,
+        *,
+        version_id: _builtins.str = ...,
+        generation: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "version_id", b"version_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReextractVersionResponse: _TypeAlias = ReextractVersionResponse  # noqa: Y015
+
+@_typing.final
+class ReembedSpaceRequest(_message.Message):
+    """ReembedSpaceRequest: the caller's space is the one re-embedded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReembedSpaceRequest: _TypeAlias = ReembedSpaceRequest  # noqa: Y015
+
+@_typing.final
+class ReembedSpaceResponse(_message.Message):
+    """ReembedSpaceResponse: what was recomputed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ReembeddedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_MODEL_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    DIMENSION_FIELD_NUMBER: _builtins.int
+    REEMBEDDED_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """Space UUID."""
+    previous_model: _builtins.str
+    """The model the space's vectors came from before; unset if none was recorded."""
+    model: _builtins.str
+    """The model they come from now."""
+    dimension: _builtins.int
+    """Vector dimension; unset when the space had nothing to embed."""
+    @_builtins.property
+    def reembedded(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Rows re-embedded per table (chunks, claims, facts, entities)."""
+
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        previous_model: _builtins.str | None = ...,
+        model: _builtins.str = ...,
+        dimension: _builtins.int | None = ...,
+        reembedded: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_dimension", b"_dimension", "_previous_model", b"_previous_model", "dimension", b"dimension", "previous_model", b"previous_model"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dimension", b"_dimension", "_previous_model", b"_previous_model", "dimension", b"dimension", "model", b"model", "previous_model", b"previous_model", "reembedded", b"reembedded", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__dimension: _TypeAlias = _typing.Literal["dimension"]  # noqa: Y015
+    _WhichOneofArgType__dimension: _TypeAlias = _typing.Literal["_dimension", b"_dimension"]  # noqa: Y015
+    _WhichOneofReturnType__previous_model: _TypeAlias = _typing.Literal["previous_model"]  # noqa: Y015
+    _WhichOneofArgType__previous_model: _TypeAlias = _typing.Literal["_previous_model", b"_previous_model"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__dimension) -> _WhichOneofReturnType__dimension | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_model) -> _WhichOneofReturnType__previous_model | None: ...
+
+Global___ReembedSpaceResponse: _TypeAlias = ReembedSpaceResponse  # noqa: Y015
+
+@_typing.final
+class ListMergeProposalsRequest(_message.Message):
+    """ListMergeProposalsRequest: filter and size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    status: Global___MergeStatus.ValueType
+    """Only this status; absent = every status."""
+    limit: _builtins.int
+    """How many, newest first; default 100, 1-500."""
+    def __init__(
+        self,
+        *,
+        status: Global___MergeStatus.ValueType | None = ...,
+        limit: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "_status", b"_status", "limit", b"limit", "status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "_status", b"_status", "limit", b"limit", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
+    _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
+    _WhichOneofReturnType__status: _TypeAlias = _typing.Literal["status"]  # noqa: Y015
+    _WhichOneofArgType__status: _TypeAlias = _typing.Literal["_status", b"_status"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limit) -> _WhichOneofReturnType__limit | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__status) -> _WhichOneofReturnType__status | None: ...
+
+Global___ListMergeProposalsRequest: _TypeAlias = ListMergeProposalsRequest  # noqa: Y015
+
+@_typing.final
+class ListMergeProposalsResponse(_message.Message):
+    """ListMergeProposalsResponse: the proposals."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def proposals(self) -> _containers.RepeatedCompositeFieldContainer[Global___MergeProposal]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        proposals: _abc.Iterable[Global___MergeProposal] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposals", b"proposals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMergeProposalsResponse: _TypeAlias = ListMergeProposalsResponse  # noqa: Y015
+
+@_typing.final
+class MergeProposal(_message.Message):
+    """MergeProposal: one recorded proposal to merge two entities."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSAL_ID_FIELD_NUMBER: _builtins.int
+    SURVIVOR_ID_FIELD_NUMBER: _builtins.int
+    SURVIVOR_NAME_FIELD_NUMBER: _builtins.int
+    ABSORBED_ID_FIELD_NUMBER: _builtins.int
+    ABSORBED_NAME_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    APPLIED_AT_FIELD_NUMBER: _builtins.int
+    REVERTED_AT_FIELD_NUMBER: _builtins.int
+    proposal_id: _builtins.str
+    """Proposal UUID (the ApplyMerge / RevertMerge key)."""
+    survivor_id: _builtins.str
+    """The entity that stays (UUID)."""
+    survivor_name: _builtins.str
+    """Its canonical name."""
+    absorbed_id: _builtins.str
+    """The entity that would redirect to the survivor (UUID)."""
+    absorbed_name: _builtins.str
+    """Its canonical name."""
+    score: _builtins.float
+    """The proposal's similarity score (0-1)."""
+    status: Global___MergeStatus.ValueType
+    """Where it stands."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was proposed (UTC)."""
+
+    @_builtins.property
+    def applied_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was last applied (UTC); unset if never."""
+
+    @_builtins.property
+    def reverted_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was last reverted (UTC); unset if never."""
+
+    def __init__(
+        self,
+        *,
+        proposal_id: _builtins.str = ...,
+        survivor_id: _builtins.str = ...,
+        survivor_name: _builtins.str = ...,
+        absorbed_id: _builtins.str = ...,
+        absorbed_name: _builtins.str = ...,
+        score: _builtins.float = ...,
+        status: Global___MergeStatus.ValueType = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        applied_at: _timestamp_pb2.Timestamp | None = ...,
+        reverted_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["applied_at", b"applied_at", "created_at", b"created_at", "reverted_at", b"reverted_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["absorbed_id", b"absorbed_id", "absorbed_name", b"absorbed_name", "applied_at", b"applied_at", "created_at", b"created_at", "proposal_id", b"proposal_id", "reverted_at", b"reverted_at", "score", b"score", "status", b"status", "survivor_id", b"survivor_id", "survivor_name", b"survivor_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MergeProposal: _TypeAlias = MergeProposal  # noqa: Y015
+
+@_typing.final
+class ApplyMergeRequest(_message.Message):
+    """ApplyMergeRequest: which proposal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSAL_ID_FIELD_NUMBER: _builtins.int
+    proposal_id: _builtins.str
+    """Proposal UUID. Required."""
+    def __init__(
+        self,
+        *,
+        proposal_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposal_id", b"proposal_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyMergeRequest: _TypeAlias = ApplyMergeRequest  # noqa: Y015
+
+@_typing.final
+class ApplyMergeResponse(_message.Message):
+    """ApplyMergeResponse: what applying changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def change(self) -> Global___MergeChange:
+        """The change."""
+
+    def __init__(
+        self,
+        *,
+        change: Global___MergeChange | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyMergeResponse: _TypeAlias = ApplyMergeResponse  # noqa: Y015
+
+@_typing.final
+class RevertMergeRequest(_message.Message):
+    """RevertMergeRequest: which proposal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSAL_ID_FIELD_NUMBER: _builtins.int
+    proposal_id: _builtins.str
+    """Proposal UUID. Required."""
+    def __init__(
+        self,
+        *,
+        proposal_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposal_id", b"proposal_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevertMergeRequest: _TypeAlias = RevertMergeRequest  # noqa: Y015
+
+@_typing.final
+class RevertMergeResponse(_message.Message):
+    """RevertMergeResponse: what reverting changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def change(self) -> Global___MergeChange:
+        """The change."""
+
+    def __init__(
+        self,
+        *,
+        change: Global___MergeChange | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevertMergeResponse: _TypeAlias = RevertMergeResponse  # noqa: Y015
+
+@_typing.final
+class MergeChange(_message.Message):
+    """MergeChange: what applying or reverting changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSAL_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    SURVIVOR_ID_FIELD_NUMBER: _builtins.int
+    ABSORBED_ID_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
+    MENTIONS_FIELD_NUMBER: _builtins.int
+    FACTS_STILL_POINTING_FIELD_NUMBER: _builtins.int
+    proposal_id: _builtins.str
+    """Proposal UUID."""
+    status: Global___MergeStatus.ValueType
+    """applied or reverted."""
+    survivor_id: _builtins.str
+    """Survivor entity UUID."""
+    absorbed_id: _builtins.str
+    """Absorbed entity UUID."""
+    facts: _builtins.int
+    """Facts pointing at the absorbed entity when the merge was applied."""
+    aliases: _builtins.int
+    """Aliases of the absorbed entity in the snapshot."""
+    mentions: _builtins.int
+    """Apply: mentions resolved to the absorbed entity. Revert: unset."""
+    facts_still_pointing: _builtins.int
+    """Revert: snapshot facts that still point at the absorbed entity. Apply: unset."""
+    def __init__(
+        self,
+        *,
+        proposal_id: _builtins.str = ...,
+        status: Global___MergeStatus.ValueType = ...,
+        survivor_id: _builtins.str = ...,
+        absorbed_id: _builtins.str = ...,
+        facts: _builtins.int = ...,
+        aliases: _builtins.int = ...,
+        mentions: _builtins.int | None = ...,
+        facts_still_pointing: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_facts_still_pointing", b"_facts_still_pointing", "_mentions", b"_mentions", "facts_still_pointing", b"facts_still_pointing", "mentions", b"mentions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_facts_still_pointing", b"_facts_still_pointing", "_mentions", b"_mentions", "absorbed_id", b"absorbed_id", "aliases", b"aliases", "facts", b"facts", "facts_still_pointing", b"facts_still_pointing", "mentions", b"mentions", "proposal_id", b"proposal_id", "status", b"status", "survivor_id", b"survivor_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__facts_still_pointing: _TypeAlias = _typing.Literal["facts_still_pointing"]  # noqa: Y015
+    _WhichOneofArgType__facts_still_pointing: _TypeAlias = _typing.Literal["_facts_still_pointing", b"_facts_still_pointing"]  # noqa: Y015
+    _WhichOneofReturnType__mentions: _TypeAlias = _typing.Literal["mentions"]  # noqa: Y015
+    _WhichOneofArgType__mentions: _TypeAlias = _typing.Literal["_mentions", b"_mentions"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__facts_still_pointing) -> _WhichOneofReturnType__facts_still_pointing | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mentions) -> _WhichOneofReturnType__mentions | None: ...
+
+Global___MergeChange: _TypeAlias = MergeChange  # noqa: Y015

@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class PipelineServiceStub:
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -68,11 +68,36 @@ class PipelineServiceStub:
                 request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsRequest.SerializeToString,
                 response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsResponse.FromString,
                 _registered_method=True)
+        self.ReextractVersion = channel.unary_unary(
+                '/testament.pipeline.v1.PipelineService/ReextractVersion',
+                request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionRequest.SerializeToString,
+                response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionResponse.FromString,
+                _registered_method=True)
+        self.ReembedSpace = channel.unary_unary(
+                '/testament.pipeline.v1.PipelineService/ReembedSpace',
+                request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceRequest.SerializeToString,
+                response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceResponse.FromString,
+                _registered_method=True)
+        self.ListMergeProposals = channel.unary_unary(
+                '/testament.pipeline.v1.PipelineService/ListMergeProposals',
+                request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsRequest.SerializeToString,
+                response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsResponse.FromString,
+                _registered_method=True)
+        self.ApplyMerge = channel.unary_unary(
+                '/testament.pipeline.v1.PipelineService/ApplyMerge',
+                request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeRequest.SerializeToString,
+                response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeResponse.FromString,
+                _registered_method=True)
+        self.RevertMerge = channel.unary_unary(
+                '/testament.pipeline.v1.PipelineService/RevertMerge',
+                request_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeRequest.SerializeToString,
+                response_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeResponse.FromString,
+                _registered_method=True)
 
 
 class PipelineServiceServicer:
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -138,6 +163,65 @@ class PipelineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReextractVersion(self, request, context):
+        """`testament ops reextract`: runs the claim stages of one version again as a new
+        generation (after an extractor upgrade, say); the stages after them rerun too.
+        Each call starts another generation, so a retry is not safe.
+        Errors: FAILED_PRECONDITION {reason NOTHING_TO_REEXTRACT} the version is not in the
+        caller's space, was deleted, or still has work pending, running or failed.
+        Reasons: NOTHING_TO_REEXTRACT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReembedSpace(self, request, context):
+        """`testament ops reembed`: recomputes every vector of the caller's space with the
+        configured embedding model; all vectors switch in one transaction, so readers see
+        the old model or the new one, never a mix. Runs as long as the caller's deadline
+        allows (not capped by the server's default deadline). Re-running it is safe.
+        Errors: FAILED_PRECONDITION {reason REEMBED_BUSY} embedding work of the space is
+        pending, running or failed; UNAVAILABLE {reason MODEL_PROVIDER_UNAVAILABLE}.
+        Reasons: REEMBED_BUSY, MODEL_PROVIDER_UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMergeProposals(self, request, context):
+        """`testament ops merges list`: the caller's space's entity merge proposals, newest
+        first (proposals are recorded by the pipeline, never applied by it).
+        Errors: INVALID_ARGUMENT limit outside 1-500 or an undefined status.
+        Reasons: only the common ones (errors.proto).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyMerge(self, request, context):
+        """`testament ops merges apply`: redirects the absorbed entity to the survivor, with a
+        snapshot of what it changes (reversible by RevertMerge).
+        Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND} no such proposal in the
+        caller's space; FAILED_PRECONDITION {reason MERGE_NOT_APPLICABLE} the proposal is
+        already applied or rejected, {reason MERGE_CHAIN} either side is already merged,
+        {reason MERGE_TOO_LARGE} the absorbed entity has more facts than a merge may move.
+        Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE, MERGE_CHAIN, MERGE_TOO_LARGE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevertMerge(self, request, context):
+        """`testament ops merges revert`: puts an applied merge back from its snapshot (the
+        absorbed entity's row and aliases exactly as they were).
+        Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND}; FAILED_PRECONDITION
+        {reason MERGE_NOT_APPLICABLE} the proposal is not applied.
+        Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PipelineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +250,31 @@ def add_PipelineServiceServicer_to_server(servicer, server):
                     request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsRequest.FromString,
                     response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsResponse.SerializeToString,
             ),
+            'ReextractVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReextractVersion,
+                    request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionRequest.FromString,
+                    response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionResponse.SerializeToString,
+            ),
+            'ReembedSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReembedSpace,
+                    request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceRequest.FromString,
+                    response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceResponse.SerializeToString,
+            ),
+            'ListMergeProposals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMergeProposals,
+                    request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsRequest.FromString,
+                    response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsResponse.SerializeToString,
+            ),
+            'ApplyMerge': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyMerge,
+                    request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeRequest.FromString,
+                    response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeResponse.SerializeToString,
+            ),
+            'RevertMerge': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevertMerge,
+                    request_deserializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeRequest.FromString,
+                    response_serializer=testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'testament.pipeline.v1.PipelineService', rpc_method_handlers)
@@ -176,7 +285,7 @@ def add_PipelineServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class PipelineService:
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -311,6 +420,141 @@ class PipelineService:
             '/testament.pipeline.v1.PipelineService/ListCostReceipts',
             testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsRequest.SerializeToString,
             testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListCostReceiptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReextractVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.pipeline.v1.PipelineService/ReextractVersion',
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionRequest.SerializeToString,
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReextractVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReembedSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.pipeline.v1.PipelineService/ReembedSpace',
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceRequest.SerializeToString,
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ReembedSpaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMergeProposals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.pipeline.v1.PipelineService/ListMergeProposals',
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsRequest.SerializeToString,
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ListMergeProposalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyMerge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.pipeline.v1.PipelineService/ApplyMerge',
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeRequest.SerializeToString,
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.ApplyMergeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevertMerge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/testament.pipeline.v1.PipelineService/RevertMerge',
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeRequest.SerializeToString,
+            testament_dot_pipeline_dot_v1_dot_pipeline__pb2.RevertMergeResponse.FromString,
             options,
             channel_credentials,
             insecure,

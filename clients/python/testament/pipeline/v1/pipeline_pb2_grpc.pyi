@@ -28,7 +28,7 @@ GRPC_VERSION: str
 
 class PipelineServiceStub:
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -78,11 +78,50 @@ class PipelineServiceStub:
     outside 1-500.
     Reasons: CURSOR_MALFORMED.
     """
+    ReextractVersion: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ReextractVersionRequest, _pipeline_pb2.ReextractVersionResponse]
+    """`testament ops reextract`: runs the claim stages of one version again as a new
+    generation (after an extractor upgrade, say); the stages after them rerun too.
+    Each call starts another generation, so a retry is not safe.
+    Errors: FAILED_PRECONDITION {reason NOTHING_TO_REEXTRACT} the version is not in the
+    caller's space, was deleted, or still has work pending, running or failed.
+    Reasons: NOTHING_TO_REEXTRACT.
+    """
+    ReembedSpace: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ReembedSpaceRequest, _pipeline_pb2.ReembedSpaceResponse]
+    """`testament ops reembed`: recomputes every vector of the caller's space with the
+    configured embedding model; all vectors switch in one transaction, so readers see
+    the old model or the new one, never a mix. Runs as long as the caller's deadline
+    allows (not capped by the server's default deadline). Re-running it is safe.
+    Errors: FAILED_PRECONDITION {reason REEMBED_BUSY} embedding work of the space is
+    pending, running or failed; UNAVAILABLE {reason MODEL_PROVIDER_UNAVAILABLE}.
+    Reasons: REEMBED_BUSY, MODEL_PROVIDER_UNAVAILABLE.
+    """
+    ListMergeProposals: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ListMergeProposalsRequest, _pipeline_pb2.ListMergeProposalsResponse]
+    """`testament ops merges list`: the caller's space's entity merge proposals, newest
+    first (proposals are recorded by the pipeline, never applied by it).
+    Errors: INVALID_ARGUMENT limit outside 1-500 or an undefined status.
+    Reasons: only the common ones (errors.proto).
+    """
+    ApplyMerge: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ApplyMergeRequest, _pipeline_pb2.ApplyMergeResponse]
+    """`testament ops merges apply`: redirects the absorbed entity to the survivor, with a
+    snapshot of what it changes (reversible by RevertMerge).
+    Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND} no such proposal in the
+    caller's space; FAILED_PRECONDITION {reason MERGE_NOT_APPLICABLE} the proposal is
+    already applied or rejected, {reason MERGE_CHAIN} either side is already merged,
+    {reason MERGE_TOO_LARGE} the absorbed entity has more facts than a merge may move.
+    Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE, MERGE_CHAIN, MERGE_TOO_LARGE.
+    """
+    RevertMerge: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.RevertMergeRequest, _pipeline_pb2.RevertMergeResponse]
+    """`testament ops merges revert`: puts an applied merge back from its snapshot (the
+    absorbed entity's row and aliases exactly as they were).
+    Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND}; FAILED_PRECONDITION
+    {reason MERGE_NOT_APPLICABLE} the proposal is not applied.
+    Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE.
+    """
 
 @_typing.type_check_only
 class PipelineServiceAsyncStub(PipelineServiceStub):
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -129,10 +168,49 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     outside 1-500.
     Reasons: CURSOR_MALFORMED.
     """
+    ReextractVersion: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ReextractVersionRequest, _pipeline_pb2.ReextractVersionResponse]  # type: ignore[assignment]
+    """`testament ops reextract`: runs the claim stages of one version again as a new
+    generation (after an extractor upgrade, say); the stages after them rerun too.
+    Each call starts another generation, so a retry is not safe.
+    Errors: FAILED_PRECONDITION {reason NOTHING_TO_REEXTRACT} the version is not in the
+    caller's space, was deleted, or still has work pending, running or failed.
+    Reasons: NOTHING_TO_REEXTRACT.
+    """
+    ReembedSpace: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ReembedSpaceRequest, _pipeline_pb2.ReembedSpaceResponse]  # type: ignore[assignment]
+    """`testament ops reembed`: recomputes every vector of the caller's space with the
+    configured embedding model; all vectors switch in one transaction, so readers see
+    the old model or the new one, never a mix. Runs as long as the caller's deadline
+    allows (not capped by the server's default deadline). Re-running it is safe.
+    Errors: FAILED_PRECONDITION {reason REEMBED_BUSY} embedding work of the space is
+    pending, running or failed; UNAVAILABLE {reason MODEL_PROVIDER_UNAVAILABLE}.
+    Reasons: REEMBED_BUSY, MODEL_PROVIDER_UNAVAILABLE.
+    """
+    ListMergeProposals: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ListMergeProposalsRequest, _pipeline_pb2.ListMergeProposalsResponse]  # type: ignore[assignment]
+    """`testament ops merges list`: the caller's space's entity merge proposals, newest
+    first (proposals are recorded by the pipeline, never applied by it).
+    Errors: INVALID_ARGUMENT limit outside 1-500 or an undefined status.
+    Reasons: only the common ones (errors.proto).
+    """
+    ApplyMerge: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ApplyMergeRequest, _pipeline_pb2.ApplyMergeResponse]  # type: ignore[assignment]
+    """`testament ops merges apply`: redirects the absorbed entity to the survivor, with a
+    snapshot of what it changes (reversible by RevertMerge).
+    Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND} no such proposal in the
+    caller's space; FAILED_PRECONDITION {reason MERGE_NOT_APPLICABLE} the proposal is
+    already applied or rejected, {reason MERGE_CHAIN} either side is already merged,
+    {reason MERGE_TOO_LARGE} the absorbed entity has more facts than a merge may move.
+    Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE, MERGE_CHAIN, MERGE_TOO_LARGE.
+    """
+    RevertMerge: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.RevertMergeRequest, _pipeline_pb2.RevertMergeResponse]  # type: ignore[assignment]
+    """`testament ops merges revert`: puts an applied merge back from its snapshot (the
+    absorbed entity's row and aliases exactly as they were).
+    Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND}; FAILED_PRECONDITION
+    {reason MERGE_NOT_APPLICABLE} the proposal is not applied.
+    Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE.
+    """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     """PipelineService: operator RPCs over the processing pipeline (the work behind
-    `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+    `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
     none has a google.api.http binding and the gateway never routes to them.
     Mutations need a `write` credential, reads a `read` (or `write`) credential.
 
@@ -206,6 +284,75 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT `malformed cursor` (HTTP 422 there) or limit
         outside 1-500.
         Reasons: CURSOR_MALFORMED.
+        """
+
+    @_abc_1.abstractmethod
+    def ReextractVersion(
+        self,
+        request: _pipeline_pb2.ReextractVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ReextractVersionResponse, _abc.Awaitable[_pipeline_pb2.ReextractVersionResponse]]:
+        """`testament ops reextract`: runs the claim stages of one version again as a new
+        generation (after an extractor upgrade, say); the stages after them rerun too.
+        Each call starts another generation, so a retry is not safe.
+        Errors: FAILED_PRECONDITION {reason NOTHING_TO_REEXTRACT} the version is not in the
+        caller's space, was deleted, or still has work pending, running or failed.
+        Reasons: NOTHING_TO_REEXTRACT.
+        """
+
+    @_abc_1.abstractmethod
+    def ReembedSpace(
+        self,
+        request: _pipeline_pb2.ReembedSpaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ReembedSpaceResponse, _abc.Awaitable[_pipeline_pb2.ReembedSpaceResponse]]:
+        """`testament ops reembed`: recomputes every vector of the caller's space with the
+        configured embedding model; all vectors switch in one transaction, so readers see
+        the old model or the new one, never a mix. Runs as long as the caller's deadline
+        allows (not capped by the server's default deadline). Re-running it is safe.
+        Errors: FAILED_PRECONDITION {reason REEMBED_BUSY} embedding work of the space is
+        pending, running or failed; UNAVAILABLE {reason MODEL_PROVIDER_UNAVAILABLE}.
+        Reasons: REEMBED_BUSY, MODEL_PROVIDER_UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMergeProposals(
+        self,
+        request: _pipeline_pb2.ListMergeProposalsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ListMergeProposalsResponse, _abc.Awaitable[_pipeline_pb2.ListMergeProposalsResponse]]:
+        """`testament ops merges list`: the caller's space's entity merge proposals, newest
+        first (proposals are recorded by the pipeline, never applied by it).
+        Errors: INVALID_ARGUMENT limit outside 1-500 or an undefined status.
+        Reasons: only the common ones (errors.proto).
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyMerge(
+        self,
+        request: _pipeline_pb2.ApplyMergeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ApplyMergeResponse, _abc.Awaitable[_pipeline_pb2.ApplyMergeResponse]]:
+        """`testament ops merges apply`: redirects the absorbed entity to the survivor, with a
+        snapshot of what it changes (reversible by RevertMerge).
+        Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND} no such proposal in the
+        caller's space; FAILED_PRECONDITION {reason MERGE_NOT_APPLICABLE} the proposal is
+        already applied or rejected, {reason MERGE_CHAIN} either side is already merged,
+        {reason MERGE_TOO_LARGE} the absorbed entity has more facts than a merge may move.
+        Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE, MERGE_CHAIN, MERGE_TOO_LARGE.
+        """
+
+    @_abc_1.abstractmethod
+    def RevertMerge(
+        self,
+        request: _pipeline_pb2.RevertMergeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.RevertMergeResponse, _abc.Awaitable[_pipeline_pb2.RevertMergeResponse]]:
+        """`testament ops merges revert`: puts an applied merge back from its snapshot (the
+        absorbed entity's row and aliases exactly as they were).
+        Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND}; FAILED_PRECONDITION
+        {reason MERGE_NOT_APPLICABLE} the proposal is not applied.
+        Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE.
         """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4,6 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import { file_google_api_field_behavior } from "../../../google/api/field_behavior_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -16,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file testament/pipeline/v1/pipeline.proto.
  */
 export const file_testament_pipeline_v1_pipeline: GenFile = /*@__PURE__*/
-  fileDesc("CiR0ZXN0YW1lbnQvcGlwZWxpbmUvdjEvcGlwZWxpbmUucHJvdG8SFXRlc3RhbWVudC5waXBlbGluZS52MSKcAQoWTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhMKBmN1cnNvchgCIAEoCUgBiAEBEhIKBXN0YWdlGAMgASgJSAKIAQESFwoKdmVyc2lvbl9pZBgEIAEoCUgDiAEBQggKBl9saW1pdEIJCgdfY3Vyc29yQggKBl9zdGFnZUINCgtfdmVyc2lvbl9pZCJyChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRI3CgxkZWFkX2xldHRlcnMYASADKAsyIS50ZXN0YW1lbnQucGlwZWxpbmUudjEuRGVhZExldHRlchITCgZjdXJzb3IYAiABKAlIAIgBAUIJCgdfY3Vyc29yIuABCgpEZWFkTGV0dGVyEhQKDHdvcmtfdW5pdF9pZBgBIAEoCRIOCgZkb2NfaWQYAiABKAkSEgoKdmVyc2lvbl9pZBgDIAEoCRINCgVzdGFnZRgEIAEoCRIZChFjb21wb25lbnRfdmVyc2lvbhgFIAEoCRIQCghhdHRlbXB0cxgGIAEoBRIXCgpsYXN0X2Vycm9yGAcgASgJSACIAQESNAoQZGVhZF9sZXR0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDQoLX2xhc3RfZXJyb3IiiQEKF1JlcGxheURlYWRMZXR0ZXJSZXF1ZXN0EhoKDHdvcmtfdW5pdF9pZBgBIAEoCUIE4kEBAhIVCghhdHRlbXB0cxgCIAEoBUgAiAEBEi4KCm5vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgsKCV9hdHRlbXB0cyKkAQoYUmVwbGF5RGVhZExldHRlclJlc3BvbnNlEhQKDHdvcmtfdW5pdF9pZBgBIAEoCRIwCgZzdGF0dXMYAiABKA4yIC50ZXN0YW1lbnQuY29tbW9uLnYxLlN0YWdlU3RhdHVzEhAKCGF0dGVtcHRzGAMgASgFEi4KCm5vdF9iZWZvcmUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKFFJlc3VtZU5vUm91dGVSZXF1ZXN0EhEKBG1pbWUYASABKAlIAIgBAUIHCgVfbWltZSI1ChVSZXN1bWVOb1JvdXRlUmVzcG9uc2USHAoUcmVsZWFzZWRfdmVyc2lvbl9pZHMYASADKAkiJQoTSW5zcGVjdFF1ZXVlUmVxdWVzdBIOCgZzdGFnZXMYASADKAkiegoUSW5zcGVjdFF1ZXVlUmVzcG9uc2USMQoGY291bnRzGAEgAygLMiEudGVzdGFtZW50LnBpcGVsaW5lLnYxLlF1ZXVlQ291bnQSLwoLb2JzZXJ2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuEBCgpRdWV1ZUNvdW50Eg0KBXN0YWdlGAEgASgJEjAKBnN0YXR1cxgCIAEoDjIgLnRlc3RhbWVudC5jb21tb24udjEuU3RhZ2VTdGF0dXMSOwoMZGVmZXJfcmVhc29uGAMgASgOMiAudGVzdGFtZW50LmNvbW1vbi52MS5EZWZlclJlYXNvbkgAiAEBEg0KBWNvdW50GAQgASgDEjUKEW9sZGVzdF9jcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIPCg1fZGVmZXJfcmVhc29uIlcKF0xpc3RDb3N0UmVjZWlwdHNSZXF1ZXN0EhMKBmN1cnNvchgBIAEoCUgAiAEBEhIKBWxpbWl0GAIgASgFSAGIAQFCCQoHX2N1cnNvckIICgZfbGltaXQi0gIKGExpc3RDb3N0UmVjZWlwdHNSZXNwb25zZRIQCghjb250cmFjdBgBIAEoCRIVCg1kZXBsb3ltZW50X2lkGAIgASgJEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdob3Jpem9uGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgZjdXJzb3IYBSABKAlIAIgBARIYCgtuZXh0X2N1cnNvchgGIAEoCUgBiAEBEhgKEHBlcnNpc3RfZmFpbHVyZXMYByABKAMSFQoNc2NvcGVfbWlzc2luZxgIIAEoAxI0CghyZWNlaXB0cxgJIAMoCzIiLnRlc3RhbWVudC5waXBlbGluZS52MS5Db3N0UmVjZWlwdEIJCgdfY3Vyc29yQg4KDF9uZXh0X2N1cnNvciKNBAoLQ29zdFJlY2VpcHQSDwoHY29zdF9pZBgBIAEoCRIVCg1kZXBsb3ltZW50X2lkGAIgASgJEjEKBnNvdXJjZRgDIAEoDjIhLnRlc3RhbWVudC5waXBlbGluZS52MS5Db3N0U291cmNlEg8KB3dvcmtfaWQYBCABKAkSEgoFc3RhZ2UYBSABKAlIAIgBARIRCgRsYW5lGAYgASgJSAGIAQESFAoHYXR0ZW1wdBgHIAEoBUgCiAEBEhQKB3N1cmZhY2UYCCABKAlIA4gBARIQCghjYWxsX2tleRgJIAEoCRIPCgdvdXRjb21lGAogASgJEhcKCm1vZGVsX25hbWUYCyABKAlIBIgBARIWCgl0b2tlbnNfaW4YDCABKANIBYgBARIXCgp0b2tlbnNfb3V0GA0gASgDSAaIAQESFQoIY29zdF91c2QYDiABKAlIB4gBARIXCgpsYXRlbmN5X21zGA8gASgDSAiIAQESLwoLb2NjdXJyZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQggKBl9zdGFnZUIHCgVfbGFuZUIKCghfYXR0ZW1wdEIKCghfc3VyZmFjZUINCgtfbW9kZWxfbmFtZUIMCgpfdG9rZW5zX2luQg0KC190b2tlbnNfb3V0QgsKCV9jb3N0X3VzZEINCgtfbGF0ZW5jeV9tcypaCgpDb3N0U291cmNlEhsKF0NPU1RfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSQ09TVF9TT1VSQ0VfV09SS0VSEAESFwoTQ09TVF9TT1VSQ0VfU1VSRkFDRRACMu8ECg9QaXBlbGluZVNlcnZpY2USeQoPTGlzdERlYWRMZXR0ZXJzEi0udGVzdGFtZW50LnBpcGVsaW5lLnYxLkxpc3REZWFkTGV0dGVyc1JlcXVlc3QaLi50ZXN0YW1lbnQucGlwZWxpbmUudjEuTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2UiB5ACAYi1GAISfAoQUmVwbGF5RGVhZExldHRlchIuLnRlc3RhbWVudC5waXBlbGluZS52MS5SZXBsYXlEZWFkTGV0dGVyUmVxdWVzdBovLnRlc3RhbWVudC5waXBlbGluZS52MS5SZXBsYXlEZWFkTGV0dGVyUmVzcG9uc2UiB5ACAoi1GAQScwoNUmVzdW1lTm9Sb3V0ZRIrLnRlc3RhbWVudC5waXBlbGluZS52MS5SZXN1bWVOb1JvdXRlUmVxdWVzdBosLnRlc3RhbWVudC5waXBlbGluZS52MS5SZXN1bWVOb1JvdXRlUmVzcG9uc2UiB5ACAoi1GAQScAoMSW5zcGVjdFF1ZXVlEioudGVzdGFtZW50LnBpcGVsaW5lLnYxLkluc3BlY3RRdWV1ZVJlcXVlc3QaKy50ZXN0YW1lbnQucGlwZWxpbmUudjEuSW5zcGVjdFF1ZXVlUmVzcG9uc2UiB5ACAYi1GAISfAoQTGlzdENvc3RSZWNlaXB0cxIuLnRlc3RhbWVudC5waXBlbGluZS52MS5MaXN0Q29zdFJlY2VpcHRzUmVxdWVzdBovLnRlc3RhbWVudC5waXBlbGluZS52MS5MaXN0Q29zdFJlY2VpcHRzUmVzcG9uc2UiB5ACAYi1GAJiBnByb3RvMw", [file_google_api_field_behavior, file_google_protobuf_timestamp, file_testament_common_v1_options, file_testament_common_v1_stage]);
+  fileDesc("CiR0ZXN0YW1lbnQvcGlwZWxpbmUvdjEvcGlwZWxpbmUucHJvdG8SFXRlc3RhbWVudC5waXBlbGluZS52MSKyAQoWTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBIeCgVsaW1pdBgBIAEoBUIKukgHGgUYyAEoAUgAiAEBEhMKBmN1cnNvchgCIAEoCUgBiAEBEhIKBXN0YWdlGAMgASgJSAKIAQESIQoKdmVyc2lvbl9pZBgEIAEoCUIIukgFcgOwAQFIA4gBAUIICgZfbGltaXRCCQoHX2N1cnNvckIICgZfc3RhZ2VCDQoLX3ZlcnNpb25faWQicgoXTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2USNwoMZGVhZF9sZXR0ZXJzGAEgAygLMiEudGVzdGFtZW50LnBpcGVsaW5lLnYxLkRlYWRMZXR0ZXISEwoGY3Vyc29yGAIgASgJSACIAQFCCQoHX2N1cnNvciLgAQoKRGVhZExldHRlchIUCgx3b3JrX3VuaXRfaWQYASABKAkSDgoGZG9jX2lkGAIgASgJEhIKCnZlcnNpb25faWQYAyABKAkSDQoFc3RhZ2UYBCABKAkSGQoRY29tcG9uZW50X3ZlcnNpb24YBSABKAkSEAoIYXR0ZW1wdHMYBiABKAUSFwoKbGFzdF9lcnJvchgHIAEoCUgAiAEBEjQKEGRlYWRfbGV0dGVyZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg0KC19sYXN0X2Vycm9yIpwBChdSZXBsYXlEZWFkTGV0dGVyUmVxdWVzdBIiCgx3b3JrX3VuaXRfaWQYASABKAlCDOJBAQK6SAVyA7ABARIgCghhdHRlbXB0cxgCIAEoBUIJukgGGgQYCigBSACIAQESLgoKbm90X2JlZm9yZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCwoJX2F0dGVtcHRzIqQBChhSZXBsYXlEZWFkTGV0dGVyUmVzcG9uc2USFAoMd29ya191bml0X2lkGAEgASgJEjAKBnN0YXR1cxgCIAEoDjIgLnRlc3RhbWVudC5jb21tb24udjEuU3RhZ2VTdGF0dXMSEAoIYXR0ZW1wdHMYAyABKAUSLgoKbm90X2JlZm9yZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiMgoUUmVzdW1lTm9Sb3V0ZVJlcXVlc3QSEQoEbWltZRgBIAEoCUgAiAEBQgcKBV9taW1lIjUKFVJlc3VtZU5vUm91dGVSZXNwb25zZRIcChRyZWxlYXNlZF92ZXJzaW9uX2lkcxgBIAMoCSIlChNJbnNwZWN0UXVldWVSZXF1ZXN0Eg4KBnN0YWdlcxgBIAMoCSJ6ChRJbnNwZWN0UXVldWVSZXNwb25zZRIxCgZjb3VudHMYASADKAsyIS50ZXN0YW1lbnQucGlwZWxpbmUudjEuUXVldWVDb3VudBIvCgtvYnNlcnZlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi4QEKClF1ZXVlQ291bnQSDQoFc3RhZ2UYASABKAkSMAoGc3RhdHVzGAIgASgOMiAudGVzdGFtZW50LmNvbW1vbi52MS5TdGFnZVN0YXR1cxI7CgxkZWZlcl9yZWFzb24YAyABKA4yIC50ZXN0YW1lbnQuY29tbW9uLnYxLkRlZmVyUmVhc29uSACIAQESDQoFY291bnQYBCABKAMSNQoRb2xkZXN0X2NyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg8KDV9kZWZlcl9yZWFzb24iYwoXTGlzdENvc3RSZWNlaXB0c1JlcXVlc3QSEwoGY3Vyc29yGAEgASgJSACIAQESHgoFbGltaXQYAiABKAVCCrpIBxoFGPQDKAFIAYgBAUIJCgdfY3Vyc29yQggKBl9saW1pdCLSAgoYTGlzdENvc3RSZWNlaXB0c1Jlc3BvbnNlEhAKCGNvbnRyYWN0GAEgASgJEhUKDWRlcGxveW1lbnRfaWQYAiABKAkSLwoLc2VydmVyX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2hvcml6b24YBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKBmN1cnNvchgFIAEoCUgAiAEBEhgKC25leHRfY3Vyc29yGAYgASgJSAGIAQESGAoQcGVyc2lzdF9mYWlsdXJlcxgHIAEoAxIVCg1zY29wZV9taXNzaW5nGAggASgDEjQKCHJlY2VpcHRzGAkgAygLMiIudGVzdGFtZW50LnBpcGVsaW5lLnYxLkNvc3RSZWNlaXB0QgkKB19jdXJzb3JCDgoMX25leHRfY3Vyc29yIo0ECgtDb3N0UmVjZWlwdBIPCgdjb3N0X2lkGAEgASgJEhUKDWRlcGxveW1lbnRfaWQYAiABKAkSMQoGc291cmNlGAMgASgOMiEudGVzdGFtZW50LnBpcGVsaW5lLnYxLkNvc3RTb3VyY2USDwoHd29ya19pZBgEIAEoCRISCgVzdGFnZRgFIAEoCUgAiAEBEhEKBGxhbmUYBiABKAlIAYgBARIUCgdhdHRlbXB0GAcgASgFSAKIAQESFAoHc3VyZmFjZRgIIAEoCUgDiAEBEhAKCGNhbGxfa2V5GAkgASgJEg8KB291dGNvbWUYCiABKAkSFwoKbW9kZWxfbmFtZRgLIAEoCUgEiAEBEhYKCXRva2Vuc19pbhgMIAEoA0gFiAEBEhcKCnRva2Vuc19vdXQYDSABKANIBogBARIVCghjb3N0X3VzZBgOIAEoCUgHiAEBEhcKCmxhdGVuY3lfbXMYDyABKANICIgBARIvCgtvY2N1cnJlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCAoGX3N0YWdlQgcKBV9sYW5lQgoKCF9hdHRlbXB0QgoKCF9zdXJmYWNlQg0KC19tb2RlbF9uYW1lQgwKCl90b2tlbnNfaW5CDQoLX3Rva2Vuc19vdXRCCwoJX2Nvc3RfdXNkQg0KC19sYXRlbmN5X21zIjsKF1JlZXh0cmFjdFZlcnNpb25SZXF1ZXN0EiAKCnZlcnNpb25faWQYASABKAlCDOJBAQK6SAVyA7ABASJCChhSZWV4dHJhY3RWZXJzaW9uUmVzcG9uc2USEgoKdmVyc2lvbl9pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgJIhUKE1JlZW1iZWRTcGFjZVJlcXVlc3QikQIKFFJlZW1iZWRTcGFjZVJlc3BvbnNlEhAKCHNwYWNlX2lkGAEgASgJEhsKDnByZXZpb3VzX21vZGVsGAIgASgJSACIAQESDQoFbW9kZWwYAyABKAkSFgoJZGltZW5zaW9uGAQgASgFSAGIAQESTwoKcmVlbWJlZGRlZBgFIAMoCzI7LnRlc3RhbWVudC5waXBlbGluZS52MS5SZWVtYmVkU3BhY2VSZXNwb25zZS5SZWVtYmVkZGVkRW50cnkaMQoPUmVlbWJlZGRlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAFCEQoPX3ByZXZpb3VzX21vZGVsQgwKCl9kaW1lbnNpb24ilQEKGUxpc3RNZXJnZVByb3Bvc2Fsc1JlcXVlc3QSQwoGc3RhdHVzGAEgASgOMiIudGVzdGFtZW50LnBpcGVsaW5lLnYxLk1lcmdlU3RhdHVzQgq6SAeCAQQQASAASACIAQESHgoFbGltaXQYAiABKAVCCrpIBxoFGPQDKAFIAYgBAUIJCgdfc3RhdHVzQggKBl9saW1pdCJVChpMaXN0TWVyZ2VQcm9wb3NhbHNSZXNwb25zZRI3Cglwcm9wb3NhbHMYASADKAsyJC50ZXN0YW1lbnQucGlwZWxpbmUudjEuTWVyZ2VQcm9wb3NhbCLQAgoNTWVyZ2VQcm9wb3NhbBITCgtwcm9wb3NhbF9pZBgBIAEoCRITCgtzdXJ2aXZvcl9pZBgCIAEoCRIVCg1zdXJ2aXZvcl9uYW1lGAMgASgJEhMKC2Fic29yYmVkX2lkGAQgASgJEhUKDWFic29yYmVkX25hbWUYBSABKAkSDQoFc2NvcmUYBiABKAESMgoGc3RhdHVzGAcgASgOMiIudGVzdGFtZW50LnBpcGVsaW5lLnYxLk1lcmdlU3RhdHVzEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmFwcGxpZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3JldmVydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI2ChFBcHBseU1lcmdlUmVxdWVzdBIhCgtwcm9wb3NhbF9pZBgBIAEoCUIM4kEBArpIBXIDsAEBIkgKEkFwcGx5TWVyZ2VSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIi50ZXN0YW1lbnQucGlwZWxpbmUudjEuTWVyZ2VDaGFuZ2UiNwoSUmV2ZXJ0TWVyZ2VSZXF1ZXN0EiEKC3Byb3Bvc2FsX2lkGAEgASgJQgziQQECukgFcgOwAQEiSQoTUmV2ZXJ0TWVyZ2VSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIi50ZXN0YW1lbnQucGlwZWxpbmUudjEuTWVyZ2VDaGFuZ2UigAIKC01lcmdlQ2hhbmdlEhMKC3Byb3Bvc2FsX2lkGAEgASgJEjIKBnN0YXR1cxgCIAEoDjIiLnRlc3RhbWVudC5waXBlbGluZS52MS5NZXJnZVN0YXR1cxITCgtzdXJ2aXZvcl9pZBgDIAEoCRITCgthYnNvcmJlZF9pZBgEIAEoCRINCgVmYWN0cxgFIAEoBRIPCgdhbGlhc2VzGAYgASgFEhUKCG1lbnRpb25zGAcgASgFSACIAQESIQoUZmFjdHNfc3RpbGxfcG9pbnRpbmcYCCABKAVIAYgBAUILCglfbWVudGlvbnNCFwoVX2ZhY3RzX3N0aWxsX3BvaW50aW5nKloKCkNvc3RTb3VyY2USGwoXQ09TVF9TT1VSQ0VfVU5TUEVDSUZJRUQQABIWChJDT1NUX1NPVVJDRV9XT1JLRVIQARIXChNDT1NUX1NPVVJDRV9TVVJGQUNFEAIqlgEKC01lcmdlU3RhdHVzEhwKGE1FUkdFX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFU1FUkdFX1NUQVRVU19QUk9QT1NFRBABEhgKFE1FUkdFX1NUQVRVU19BUFBMSUVEEAISGQoVTUVSR0VfU1RBVFVTX1JFVkVSVEVEEAMSGQoVTUVSR0VfU1RBVFVTX1JFSkVDVEVEEAQyvwkKD1BpcGVsaW5lU2VydmljZRJ5Cg9MaXN0RGVhZExldHRlcnMSLS50ZXN0YW1lbnQucGlwZWxpbmUudjEuTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBouLnRlc3RhbWVudC5waXBlbGluZS52MS5MaXN0RGVhZExldHRlcnNSZXNwb25zZSIHkAIBiLUYAhJ8ChBSZXBsYXlEZWFkTGV0dGVyEi4udGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlcGxheURlYWRMZXR0ZXJSZXF1ZXN0Gi8udGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlcGxheURlYWRMZXR0ZXJSZXNwb25zZSIHkAICiLUYBBJzCg1SZXN1bWVOb1JvdXRlEisudGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlc3VtZU5vUm91dGVSZXF1ZXN0GiwudGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlc3VtZU5vUm91dGVSZXNwb25zZSIHkAICiLUYBBJwCgxJbnNwZWN0UXVldWUSKi50ZXN0YW1lbnQucGlwZWxpbmUudjEuSW5zcGVjdFF1ZXVlUmVxdWVzdBorLnRlc3RhbWVudC5waXBlbGluZS52MS5JbnNwZWN0UXVldWVSZXNwb25zZSIHkAIBiLUYAhJ8ChBMaXN0Q29zdFJlY2VpcHRzEi4udGVzdGFtZW50LnBpcGVsaW5lLnYxLkxpc3RDb3N0UmVjZWlwdHNSZXF1ZXN0Gi8udGVzdGFtZW50LnBpcGVsaW5lLnYxLkxpc3RDb3N0UmVjZWlwdHNSZXNwb25zZSIHkAIBiLUYAhJ8ChBSZWV4dHJhY3RWZXJzaW9uEi4udGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlZXh0cmFjdFZlcnNpb25SZXF1ZXN0Gi8udGVzdGFtZW50LnBpcGVsaW5lLnYxLlJlZXh0cmFjdFZlcnNpb25SZXNwb25zZSIHkAIAiLUYBBJwCgxSZWVtYmVkU3BhY2USKi50ZXN0YW1lbnQucGlwZWxpbmUudjEuUmVlbWJlZFNwYWNlUmVxdWVzdBorLnRlc3RhbWVudC5waXBlbGluZS52MS5SZWVtYmVkU3BhY2VSZXNwb25zZSIHkAICiLUYBBKCAQoSTGlzdE1lcmdlUHJvcG9zYWxzEjAudGVzdGFtZW50LnBpcGVsaW5lLnYxLkxpc3RNZXJnZVByb3Bvc2Fsc1JlcXVlc3QaMS50ZXN0YW1lbnQucGlwZWxpbmUudjEuTGlzdE1lcmdlUHJvcG9zYWxzUmVzcG9uc2UiB5ACAYi1GAISagoKQXBwbHlNZXJnZRIoLnRlc3RhbWVudC5waXBlbGluZS52MS5BcHBseU1lcmdlUmVxdWVzdBopLnRlc3RhbWVudC5waXBlbGluZS52MS5BcHBseU1lcmdlUmVzcG9uc2UiB5ACAIi1GAQSbQoLUmV2ZXJ0TWVyZ2USKS50ZXN0YW1lbnQucGlwZWxpbmUudjEuUmV2ZXJ0TWVyZ2VSZXF1ZXN0GioudGVzdGFtZW50LnBpcGVsaW5lLnYxLlJldmVydE1lcmdlUmVzcG9uc2UiB5ACAIi1GARiBnByb3RvMw", [file_buf_validate_validate, file_google_api_field_behavior, file_google_protobuf_timestamp, file_testament_common_v1_options, file_testament_common_v1_stage]);
 
 /**
  * ListDeadLettersRequest: filters and paging.
@@ -608,6 +609,406 @@ export const CostReceiptSchema: GenMessage<CostReceipt> = /*@__PURE__*/
   messageDesc(file_testament_pipeline_v1_pipeline, 12);
 
 /**
+ * ReextractVersionRequest: which version.
+ *
+ * @generated from message testament.pipeline.v1.ReextractVersionRequest
+ */
+export type ReextractVersionRequest = Message<"testament.pipeline.v1.ReextractVersionRequest"> & {
+  /**
+   * Version UUID. Required.
+   *
+   * @generated from field: string version_id = 1;
+   */
+  versionId: string;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ReextractVersionRequest.
+ * Use `create(ReextractVersionRequestSchema)` to create a new message.
+ */
+export const ReextractVersionRequestSchema: GenMessage<ReextractVersionRequest> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 13);
+
+/**
+ * ReextractVersionResponse: the generation started.
+ *
+ * @generated from message testament.pipeline.v1.ReextractVersionResponse
+ */
+export type ReextractVersionResponse = Message<"testament.pipeline.v1.ReextractVersionResponse"> & {
+  /**
+   * Version UUID.
+   *
+   * @generated from field: string version_id = 1;
+   */
+  versionId: string;
+
+  /**
+   * The new generation's suffix of the claim stages' unit keys (e.g. "#1").
+   *
+   * @generated from field: string generation = 2;
+   */
+  generation: string;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ReextractVersionResponse.
+ * Use `create(ReextractVersionResponseSchema)` to create a new message.
+ */
+export const ReextractVersionResponseSchema: GenMessage<ReextractVersionResponse> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 14);
+
+/**
+ * ReembedSpaceRequest: the caller's space is the one re-embedded.
+ *
+ * @generated from message testament.pipeline.v1.ReembedSpaceRequest
+ */
+export type ReembedSpaceRequest = Message<"testament.pipeline.v1.ReembedSpaceRequest"> & {
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ReembedSpaceRequest.
+ * Use `create(ReembedSpaceRequestSchema)` to create a new message.
+ */
+export const ReembedSpaceRequestSchema: GenMessage<ReembedSpaceRequest> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 15);
+
+/**
+ * ReembedSpaceResponse: what was recomputed.
+ *
+ * @generated from message testament.pipeline.v1.ReembedSpaceResponse
+ */
+export type ReembedSpaceResponse = Message<"testament.pipeline.v1.ReembedSpaceResponse"> & {
+  /**
+   * Space UUID.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+
+  /**
+   * The model the space's vectors came from before; unset if none was recorded.
+   *
+   * @generated from field: optional string previous_model = 2;
+   */
+  previousModel?: string | undefined;
+
+  /**
+   * The model they come from now.
+   *
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * Vector dimension; unset when the space had nothing to embed.
+   *
+   * @generated from field: optional int32 dimension = 4;
+   */
+  dimension?: number | undefined;
+
+  /**
+   * Rows re-embedded per table (chunks, claims, facts, entities).
+   *
+   * @generated from field: map<string, int64> reembedded = 5;
+   */
+  reembedded: { [key: string]: bigint };
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ReembedSpaceResponse.
+ * Use `create(ReembedSpaceResponseSchema)` to create a new message.
+ */
+export const ReembedSpaceResponseSchema: GenMessage<ReembedSpaceResponse> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 16);
+
+/**
+ * ListMergeProposalsRequest: filter and size.
+ *
+ * @generated from message testament.pipeline.v1.ListMergeProposalsRequest
+ */
+export type ListMergeProposalsRequest = Message<"testament.pipeline.v1.ListMergeProposalsRequest"> & {
+  /**
+   * Only this status; absent = every status.
+   *
+   * @generated from field: optional testament.pipeline.v1.MergeStatus status = 1;
+   */
+  status?: MergeStatus | undefined;
+
+  /**
+   * How many, newest first; default 100, 1-500.
+   *
+   * @generated from field: optional int32 limit = 2;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ListMergeProposalsRequest.
+ * Use `create(ListMergeProposalsRequestSchema)` to create a new message.
+ */
+export const ListMergeProposalsRequestSchema: GenMessage<ListMergeProposalsRequest> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 17);
+
+/**
+ * ListMergeProposalsResponse: the proposals.
+ *
+ * @generated from message testament.pipeline.v1.ListMergeProposalsResponse
+ */
+export type ListMergeProposalsResponse = Message<"testament.pipeline.v1.ListMergeProposalsResponse"> & {
+  /**
+   * Newest first.
+   *
+   * @generated from field: repeated testament.pipeline.v1.MergeProposal proposals = 1;
+   */
+  proposals: MergeProposal[];
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ListMergeProposalsResponse.
+ * Use `create(ListMergeProposalsResponseSchema)` to create a new message.
+ */
+export const ListMergeProposalsResponseSchema: GenMessage<ListMergeProposalsResponse> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 18);
+
+/**
+ * MergeProposal: one recorded proposal to merge two entities.
+ *
+ * @generated from message testament.pipeline.v1.MergeProposal
+ */
+export type MergeProposal = Message<"testament.pipeline.v1.MergeProposal"> & {
+  /**
+   * Proposal UUID (the ApplyMerge / RevertMerge key).
+   *
+   * @generated from field: string proposal_id = 1;
+   */
+  proposalId: string;
+
+  /**
+   * The entity that stays (UUID).
+   *
+   * @generated from field: string survivor_id = 2;
+   */
+  survivorId: string;
+
+  /**
+   * Its canonical name.
+   *
+   * @generated from field: string survivor_name = 3;
+   */
+  survivorName: string;
+
+  /**
+   * The entity that would redirect to the survivor (UUID).
+   *
+   * @generated from field: string absorbed_id = 4;
+   */
+  absorbedId: string;
+
+  /**
+   * Its canonical name.
+   *
+   * @generated from field: string absorbed_name = 5;
+   */
+  absorbedName: string;
+
+  /**
+   * The proposal's similarity score (0-1).
+   *
+   * @generated from field: double score = 6;
+   */
+  score: number;
+
+  /**
+   * Where it stands.
+   *
+   * @generated from field: testament.pipeline.v1.MergeStatus status = 7;
+   */
+  status: MergeStatus;
+
+  /**
+   * When it was proposed (UTC).
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 8;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When it was last applied (UTC); unset if never.
+   *
+   * @generated from field: google.protobuf.Timestamp applied_at = 9;
+   */
+  appliedAt?: Timestamp | undefined;
+
+  /**
+   * When it was last reverted (UTC); unset if never.
+   *
+   * @generated from field: google.protobuf.Timestamp reverted_at = 10;
+   */
+  revertedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.MergeProposal.
+ * Use `create(MergeProposalSchema)` to create a new message.
+ */
+export const MergeProposalSchema: GenMessage<MergeProposal> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 19);
+
+/**
+ * ApplyMergeRequest: which proposal.
+ *
+ * @generated from message testament.pipeline.v1.ApplyMergeRequest
+ */
+export type ApplyMergeRequest = Message<"testament.pipeline.v1.ApplyMergeRequest"> & {
+  /**
+   * Proposal UUID. Required.
+   *
+   * @generated from field: string proposal_id = 1;
+   */
+  proposalId: string;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ApplyMergeRequest.
+ * Use `create(ApplyMergeRequestSchema)` to create a new message.
+ */
+export const ApplyMergeRequestSchema: GenMessage<ApplyMergeRequest> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 20);
+
+/**
+ * ApplyMergeResponse: what applying changed.
+ *
+ * @generated from message testament.pipeline.v1.ApplyMergeResponse
+ */
+export type ApplyMergeResponse = Message<"testament.pipeline.v1.ApplyMergeResponse"> & {
+  /**
+   * The change.
+   *
+   * @generated from field: testament.pipeline.v1.MergeChange change = 1;
+   */
+  change?: MergeChange | undefined;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.ApplyMergeResponse.
+ * Use `create(ApplyMergeResponseSchema)` to create a new message.
+ */
+export const ApplyMergeResponseSchema: GenMessage<ApplyMergeResponse> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 21);
+
+/**
+ * RevertMergeRequest: which proposal.
+ *
+ * @generated from message testament.pipeline.v1.RevertMergeRequest
+ */
+export type RevertMergeRequest = Message<"testament.pipeline.v1.RevertMergeRequest"> & {
+  /**
+   * Proposal UUID. Required.
+   *
+   * @generated from field: string proposal_id = 1;
+   */
+  proposalId: string;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.RevertMergeRequest.
+ * Use `create(RevertMergeRequestSchema)` to create a new message.
+ */
+export const RevertMergeRequestSchema: GenMessage<RevertMergeRequest> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 22);
+
+/**
+ * RevertMergeResponse: what reverting changed.
+ *
+ * @generated from message testament.pipeline.v1.RevertMergeResponse
+ */
+export type RevertMergeResponse = Message<"testament.pipeline.v1.RevertMergeResponse"> & {
+  /**
+   * The change.
+   *
+   * @generated from field: testament.pipeline.v1.MergeChange change = 1;
+   */
+  change?: MergeChange | undefined;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.RevertMergeResponse.
+ * Use `create(RevertMergeResponseSchema)` to create a new message.
+ */
+export const RevertMergeResponseSchema: GenMessage<RevertMergeResponse> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 23);
+
+/**
+ * MergeChange: what applying or reverting changed.
+ *
+ * @generated from message testament.pipeline.v1.MergeChange
+ */
+export type MergeChange = Message<"testament.pipeline.v1.MergeChange"> & {
+  /**
+   * Proposal UUID.
+   *
+   * @generated from field: string proposal_id = 1;
+   */
+  proposalId: string;
+
+  /**
+   * applied or reverted.
+   *
+   * @generated from field: testament.pipeline.v1.MergeStatus status = 2;
+   */
+  status: MergeStatus;
+
+  /**
+   * Survivor entity UUID.
+   *
+   * @generated from field: string survivor_id = 3;
+   */
+  survivorId: string;
+
+  /**
+   * Absorbed entity UUID.
+   *
+   * @generated from field: string absorbed_id = 4;
+   */
+  absorbedId: string;
+
+  /**
+   * Facts pointing at the absorbed entity when the merge was applied.
+   *
+   * @generated from field: int32 facts = 5;
+   */
+  facts: number;
+
+  /**
+   * Aliases of the absorbed entity in the snapshot.
+   *
+   * @generated from field: int32 aliases = 6;
+   */
+  aliases: number;
+
+  /**
+   * Apply: mentions resolved to the absorbed entity. Revert: unset.
+   *
+   * @generated from field: optional int32 mentions = 7;
+   */
+  mentions?: number | undefined;
+
+  /**
+   * Revert: snapshot facts that still point at the absorbed entity. Apply: unset.
+   *
+   * @generated from field: optional int32 facts_still_pointing = 8;
+   */
+  factsStillPointing?: number | undefined;
+};
+
+/**
+ * Describes the message testament.pipeline.v1.MergeChange.
+ * Use `create(MergeChangeSchema)` to create a new message.
+ */
+export const MergeChangeSchema: GenMessage<MergeChange> = /*@__PURE__*/
+  messageDesc(file_testament_pipeline_v1_pipeline, 24);
+
+/**
  * CostSource: which side of the system spent.
  *
  * @generated from enum testament.pipeline.v1.CostSource
@@ -642,8 +1043,56 @@ export const CostSourceSchema: GenEnum<CostSource> = /*@__PURE__*/
   enumDesc(file_testament_pipeline_v1_pipeline, 0);
 
 /**
+ * MergeStatus: where a merge proposal stands.
+ *
+ * @generated from enum testament.pipeline.v1.MergeStatus
+ */
+export enum MergeStatus {
+  /**
+   * Never sent; as a filter, absent means every status.
+   *
+   * @generated from enum value: MERGE_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Recorded, not applied.
+   *
+   * @generated from enum value: MERGE_STATUS_PROPOSED = 1;
+   */
+  PROPOSED = 1,
+
+  /**
+   * Applied (the absorbed entity redirects to the survivor).
+   *
+   * @generated from enum value: MERGE_STATUS_APPLIED = 2;
+   */
+  APPLIED = 2,
+
+  /**
+   * Applied, then reverted.
+   *
+   * @generated from enum value: MERGE_STATUS_REVERTED = 3;
+   */
+  REVERTED = 3,
+
+  /**
+   * Rejected by an operator.
+   *
+   * @generated from enum value: MERGE_STATUS_REJECTED = 4;
+   */
+  REJECTED = 4,
+}
+
+/**
+ * Describes the enum testament.pipeline.v1.MergeStatus.
+ */
+export const MergeStatusSchema: GenEnum<MergeStatus> = /*@__PURE__*/
+  enumDesc(file_testament_pipeline_v1_pipeline, 1);
+
+/**
  * PipelineService: operator RPCs over the processing pipeline (the work behind
- * `remember ops ...`). RememberStack exposes none of them on its HTTP API, so
+ * `remember ops ...` and `testament ops ...`, which calls only these). RememberStack exposes none of them on its HTTP API, so
  * none has a google.api.http binding and the gateway never routes to them.
  * Mutations need a `write` credential, reads a `read` (or `write`) credential.
  *
@@ -725,6 +1174,80 @@ export const PipelineService: GenService<{
     methodKind: "unary";
     input: typeof ListCostReceiptsRequestSchema;
     output: typeof ListCostReceiptsResponseSchema;
+  },
+  /**
+   * `testament ops reextract`: runs the claim stages of one version again as a new
+   * generation (after an extractor upgrade, say); the stages after them rerun too.
+   * Each call starts another generation, so a retry is not safe.
+   * Errors: FAILED_PRECONDITION {reason NOTHING_TO_REEXTRACT} the version is not in the
+   * caller's space, was deleted, or still has work pending, running or failed.
+   * Reasons: NOTHING_TO_REEXTRACT.
+   *
+   * @generated from rpc testament.pipeline.v1.PipelineService.ReextractVersion
+   */
+  reextractVersion: {
+    methodKind: "unary";
+    input: typeof ReextractVersionRequestSchema;
+    output: typeof ReextractVersionResponseSchema;
+  },
+  /**
+   * `testament ops reembed`: recomputes every vector of the caller's space with the
+   * configured embedding model; all vectors switch in one transaction, so readers see
+   * the old model or the new one, never a mix. Runs as long as the caller's deadline
+   * allows (not capped by the server's default deadline). Re-running it is safe.
+   * Errors: FAILED_PRECONDITION {reason REEMBED_BUSY} embedding work of the space is
+   * pending, running or failed; UNAVAILABLE {reason MODEL_PROVIDER_UNAVAILABLE}.
+   * Reasons: REEMBED_BUSY, MODEL_PROVIDER_UNAVAILABLE.
+   *
+   * @generated from rpc testament.pipeline.v1.PipelineService.ReembedSpace
+   */
+  reembedSpace: {
+    methodKind: "unary";
+    input: typeof ReembedSpaceRequestSchema;
+    output: typeof ReembedSpaceResponseSchema;
+  },
+  /**
+   * `testament ops merges list`: the caller's space's entity merge proposals, newest
+   * first (proposals are recorded by the pipeline, never applied by it).
+   * Errors: INVALID_ARGUMENT limit outside 1-500 or an undefined status.
+   * Reasons: only the common ones (errors.proto).
+   *
+   * @generated from rpc testament.pipeline.v1.PipelineService.ListMergeProposals
+   */
+  listMergeProposals: {
+    methodKind: "unary";
+    input: typeof ListMergeProposalsRequestSchema;
+    output: typeof ListMergeProposalsResponseSchema;
+  },
+  /**
+   * `testament ops merges apply`: redirects the absorbed entity to the survivor, with a
+   * snapshot of what it changes (reversible by RevertMerge).
+   * Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND} no such proposal in the
+   * caller's space; FAILED_PRECONDITION {reason MERGE_NOT_APPLICABLE} the proposal is
+   * already applied or rejected, {reason MERGE_CHAIN} either side is already merged,
+   * {reason MERGE_TOO_LARGE} the absorbed entity has more facts than a merge may move.
+   * Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE, MERGE_CHAIN, MERGE_TOO_LARGE.
+   *
+   * @generated from rpc testament.pipeline.v1.PipelineService.ApplyMerge
+   */
+  applyMerge: {
+    methodKind: "unary";
+    input: typeof ApplyMergeRequestSchema;
+    output: typeof ApplyMergeResponseSchema;
+  },
+  /**
+   * `testament ops merges revert`: puts an applied merge back from its snapshot (the
+   * absorbed entity's row and aliases exactly as they were).
+   * Errors: NOT_FOUND {reason MERGE_PROPOSAL_NOT_FOUND}; FAILED_PRECONDITION
+   * {reason MERGE_NOT_APPLICABLE} the proposal is not applied.
+   * Reasons: MERGE_PROPOSAL_NOT_FOUND, MERGE_NOT_APPLICABLE.
+   *
+   * @generated from rpc testament.pipeline.v1.PipelineService.RevertMerge
+   */
+  revertMerge: {
+    methodKind: "unary";
+    input: typeof RevertMergeRequestSchema;
+    output: typeof RevertMergeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_testament_pipeline_v1_pipeline, 0);
