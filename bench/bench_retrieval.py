@@ -606,7 +606,7 @@ async def latency(retrieval: Retrieval, primitives: Primitives, corpus: Corpus, 
 
 NAIVE = f"""SELECT c.claim_id FROM claims c
              WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
-             ORDER BY c.embedding::vector({DIM}) <=> $3::vector({DIM}) LIMIT $4"""
+             ORDER BY c.embedding::halfvec({DIM}) <=> $3::vector({DIM})::halfvec({DIM}) LIMIT $4"""
 ORACLE = f"""SELECT c.claim_id FROM claims c
               WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
               ORDER BY c.embedding <=> $3 LIMIT $4"""  # no cast: the expression index cannot serve it

@@ -12,14 +12,17 @@ caller who sees one topic (10%), and 30% for recall:
 
 * the four assured operations and search_claims per channel: p50/p95 and SQL statements
   per call (counted by asyncpg's query logger on the snapshot's connection);
+* the same calls as clients make them, through the gateway (HTTP/JSON) and straight to
+  the retrieval service over gRPC, with a trusted key and a ``topic:0`` key of the space;
 * BM25 claim search: the service's bounded scan, the exhaustive Okapi query it replaced,
   and ``ts_rank`` over a GIN full-text index (a user's baseline), with how often the
   bounded scan proved its answer exact;
 * the baseline a user would write: plain HNSW (ef_search 40, the ACL as a post-filter)
   plus ``ts_rank``, fused by RRF; latency and recall@10 of its vector half against the
   exact oracle, beside the service's semantic leg;
-* halfvec: recall@10 of an HNSW index over ``embedding::halfvec(384)`` against the exact
-  oracle beside the float index, and the bytes per claim of table and indexes;
+* halfvec: recall@10 of the service's HNSW index over ``embedding::halfvec(384)``
+  (migration 0013) against the exact oracle beside a user's float index, and the bytes per
+  claim of table and indexes;
 * claims_and_sources_context at 1, 4 and 16 concurrent callers: p50/p95 and calls/s;
 * bad input: a query whose terms match every claim, a caller with 10,000 principals, k at
   its maximum.
@@ -41,13 +44,18 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+import grpc
+import httpx
 import numpy as np
+from google.protobuf import struct_pb2
 from pgvector.asyncpg import register_vector
+from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench import bench_retrieval as gen
 from bench._common import Row, percentiles, running_stack
 from services.pipeline.adapters.store import index_text
 from services.platform.auth import Caller, Scope
+from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.retrieval import adapters
@@ -96,10 +104,15 @@ TS_OR = f"""SELECT c.claim_id FROM claims c
 PLAIN_HNSW = f"""SELECT c.claim_id FROM claims c
                   WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
                   ORDER BY c.embedding::vector({DIM}) <=> $3::vector({DIM}) LIMIT $4"""
+# The service's graph (migration 0013): half-precision vectors.
 HALF_HNSW = f"""SELECT c.claim_id FROM claims c
                  WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
-                 ORDER BY c.embedding::halfvec({DIM}) <=> $3::halfvec({DIM}) LIMIT $4"""
+                 ORDER BY c.embedding::halfvec({DIM}) <=> $3::vector({DIM})::halfvec({DIM}) LIMIT $4"""
+# The user's plain pgvector index over the float vectors, built by the bench.
+USER_HNSW_INDEX = (f"CREATE INDEX bench_claims_float ON claims USING hnsw ((embedding::vector({DIM})) "
+                   f"vector_cosine_ops) WHERE embedding_dim = {DIM}")
 ORACLE = gen.ORACLE
+SLUG = "bench-scale"
 
 
 def log(message: str) -> None:
@@ -205,13 +218,13 @@ async def run() -> list[Row]:
         try:
             definitions = await gen.drop_hnsw_indexes(conn)
             started = time.perf_counter()
-            corpus = gen.synthetic(await gen.new_space(conn, "bench-scale"), SIZE, vocab, 3 << 8, seed=SIZE)
+            corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
             await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
             pool.shutdown()
             loaded = time.perf_counter() - started
             written = await write_postings(db, corpus)
             started = time.perf_counter()
-            await gen.rebuild_indexes(conn, [*definitions,
+            await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX,
                                              "CREATE INDEX bench_claims_fts ON claims USING gin "
                                              "(to_tsvector('english', claim_text))"])
             indexed = time.perf_counter() - started
@@ -221,10 +234,12 @@ async def run() -> list[Row]:
             primitives = Primitives(retrieval)
             statements = Statements(db)
             space = corpus.space
+            assert await db.fetchval("SELECT slug FROM spaces WHERE space_id = $1", space) == SLUG
             callers = {"trusted": Caller(space, Scope.READ, None),
                        "10% (topic:0)": Caller(space, Scope.READ, frozenset({"topic:0"}))}
             questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
             base: dict[str, float] = {}
+            measured: dict[tuple[str, str], float] = {}
             for who, caller in callers.items():
                 ops: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]]]] = [
                     ("resolve_entity", names,
@@ -242,6 +257,7 @@ async def run() -> list[Row]:
                     samples = await timed_calls(items, statements.wrap(call))
                     counts = statements.take()
                     p50, p95 = percentiles(samples)
+                    measured[(who, name)] = p50
                     if who == "trusted":
                         base[name] = p50
                     plans = Counter(retrieval.legs.plans)
@@ -251,6 +267,7 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
+            rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
             rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
             rows.extend(await lexical_rows(db, retrieval, callers, questions))
             rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
@@ -262,6 +279,60 @@ async def run() -> list[Row]:
             pool.shutdown(cancel_futures=True)
             await db.close()
             await conn.close()
+    return rows
+
+
+async def remote_rows(stack: Any, port: int, db: Database, questions: Sequence[str], names: Sequence[str],
+                      in_process: dict[tuple[str, str], float]) -> list[Row]:
+    """The same calls as a client makes them: through the gateway (JSON over HTTP) and
+    straight to the retrieval service over gRPC, each with a key of the bench space (a
+    trusted one and one holding ``topic:0``). Beside each: the same caller's in-process p50
+    from the same run."""
+    credentials = PgCredentials(db)
+    keys = {"trusted": (await credentials.create_key(scope=Scope.READ, space_slug=SLUG, trusted=True))[0],
+            "10% (topic:0)": (await credentials.create_key(scope=Scope.READ, space_slug=SLUG,
+                                                           principals=["topic:0"]))[0]}
+    retrieval_port = next(c for c in stack.children if c.name == "retrieval").port
+    rows: list[Row] = []
+    channels = {"semantic": retrieval_pb2.SEARCH_CHANNEL_SEMANTIC, "bm25": retrieval_pb2.SEARCH_CHANNEL_BM25}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as http, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{retrieval_port}") as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        for who, key in keys.items():
+            headers = {"authorization": f"Bearer {key}"}
+            metadata = (("authorization", f"Bearer {key}"),)
+
+            async def http_call(path: str, body: dict[str, Any], headers: dict[str, str] = headers) -> None:
+                reply = await http.post(path, json=body, headers=headers)
+                reply.raise_for_status()
+
+            def operation(name: str, arguments: dict[str, Any]) -> retrieval_pb2.RunOperationRequest:
+                message = struct_pb2.Struct()
+                message.update(arguments)
+                return retrieval_pb2.RunOperationRequest(name=name, arguments=message)
+
+            cases: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]], Callable[[str], Awaitable[Any]]]] = [
+                ("resolve_entity", names,
+                 lambda n: http_call("/operations/resolve_entity", {"name": n}),
+                 lambda n, m=metadata: stub.RunOperation(operation("resolve_entity", {"name": n}), metadata=m,
+                                                         timeout=120)),
+                *((op, questions,
+                   lambda q, o=op: http_call(f"/operations/{o}", {"query": q}),
+                   lambda q, o=op, m=metadata: stub.RunOperation(operation(o, {"query": q}), metadata=m, timeout=120))
+                  for op in ("facts_context", "claims_and_sources_context", "combined_context")),
+                *((f"search_claims {name}", questions,
+                   lambda q, n=name: http_call("/search/claims", {"query": q, "k": gen.K, "channel": n}),
+                   lambda q, c=code, m=metadata: stub.SearchClaims(
+                       retrieval_pb2.SearchClaimsRequest(query=q, k=gen.K, channel=c), metadata=m, timeout=120))
+                  for name, code in channels.items()),
+            ]
+            for name, items, via_http, via_grpc in cases:
+                for door, call in (("gateway HTTP", via_http), ("gRPC direct", via_grpc)):
+                    p50, p95 = percentiles(await timed_calls(items, call))
+                    rows.append(Row("scale-remote", f"{name} @ {SIZE // 1000}k, {who}, {door}", len(items) - WARMUP,
+                                    p50, p95, baseline_p50_ms=in_process.get((who, name)),
+                                    extra="baseline: the same call and caller in process"))
+                    log(f"{name} {who} {door}: p50 {p50:.1f} p95 {p95:.1f}")
     return rows
 
 
@@ -366,12 +437,7 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
                               + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))
                               + "; vs baseline: ratio to the trusted caller's leg"))
 
-    # halfvec: the same HNSW parameters over half-precision vectors.
-    started = time.perf_counter()
-    await conn.execute("SET maintenance_work_mem = '1GB'")
-    await conn.execute(f"CREATE INDEX bench_claims_halfvec ON claims USING hnsw "
-                       f"((embedding::halfvec({DIM})) halfvec_cosine_ops) WHERE embedding_dim = {DIM}")
-    built = time.perf_counter() - started
+    # halfvec (the service's graph) beside the user's float graph, same HNSW parameters.
     caller = Caller(corpus.space, Scope.READ, None)
     args = (caller.space_id, None)
     full_r, half_r, full_t, half_t = [], [], [], []
@@ -390,16 +456,15 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
     postings = await conn.fetchval(
         "SELECT pg_total_relation_size('bm25_postings') + pg_total_relation_size('bm25_docs')"
         " + pg_total_relation_size('bm25_df') + pg_total_relation_size('bm25_stats')")
-    float_index = sizes.get("claims_hnsw_384", 0)
-    half_index = sizes.get("bench_claims_halfvec", 0)
-    other = sum(v for k, v in sizes.items() if k not in ("bench_claims_halfvec", "bench_claims_fts"))
+    float_index = sizes.get("bench_claims_float", 0)
+    half_index = sizes.get("claims_hnsw_384", 0)
+    other = sum(v for k, v in sizes.items() if k not in ("bench_claims_float", "bench_claims_fts"))
     fb = percentiles(full_t)
-    rows.append(Row("scale-storage", "HNSW over vector(384)", len(vectors), *fb,
+    rows.append(Row("scale-storage", "HNSW over vector(384) (user's index)", len(vectors), *fb,
                     extra=f"recall@10 {statistics.mean(full_r):.3f}; index {float_index / claims:.0f} B/claim"))
-    rows.append(Row("scale-storage", "HNSW over halfvec(384)", len(vectors), *percentiles(half_t),
-                    baseline_p50_ms=fb[0],
-                    extra=f"recall@10 {statistics.mean(half_r):.3f}; index {half_index / claims:.0f} B/claim; "
-                          f"built in {built:.0f}s"))
+    rows.append(Row("scale-storage", "HNSW over halfvec(384) (the service's, migration 0013)", len(vectors),
+                    *percentiles(half_t), baseline_p50_ms=fb[0],
+                    extra=f"recall@10 {statistics.mean(half_r):.3f}; index {half_index / claims:.0f} B/claim"))
     rows.append(Row("scale-storage", "bytes per claim", claims, 0.0, 0.0,
                     extra=f"claims table {heap / claims:.0f} B (vector(384) is {4 * DIM + 8} B of it), claims' "
                           f"indexes {other / claims:.0f} B, all BM25 tables (claims, chunks, facts, entities) "

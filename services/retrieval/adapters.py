@@ -21,7 +21,8 @@ from services.platform.auth import Caller
 from services.platform.text import query_tokens
 from services.retrieval import lexical
 
-DOC_VISIBLE = "(d.deleted_at IS NULL AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))"
+DOC_VISIBLE = ("(d.space_id = $1 AND d.deleted_at IS NULL"
+               " AND ($2::text[] IS NULL OR d.acl = '{}' OR d.acl && $2::text[]))")
 CLAIM_VISIBLE = f"""EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id AND {DOC_VISIBLE})"""
 FACT_SUPPORTED = f"""EXISTS (SELECT 1 FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id
                           JOIN documents d ON d.doc_id = c.doc_id
@@ -59,18 +60,18 @@ def principals(caller: Caller) -> list[str] | None:
 
 _TARGETS: dict[str, dict[str, str]] = {
     "claim": {"table": "claims c", "id": "c.claim_id", "where": f"c.is_current_testimony AND {CLAIM_VISIBLE}",
-              "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim"},
+              "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim", "graph": "halfvec"},
     "chunk": {"table": "chunks c JOIN document_versions v ON v.version_id = c.version_id", "id": "c.chunk_id",
               "where": f"v.deleted_at IS NULL AND {CLAIM_VISIBLE}", "space": "c.space_id", "vec": "c.embedding",
-              "dim": "c.embedding_dim"},
+              "dim": "c.embedding_dim", "graph": "halfvec"},
     "fact": {"table": "facts f", "id": "f.fact_id", "where": f"f.invalidated_at IS NULL AND {FACT_SUPPORTED}",
-             "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim"},
+             "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim", "graph": "halfvec"},
     "entity": {"table": "entities x", "id": "x.entity_id", "where": f"x.merged_into IS NULL AND {ENTITY_VISIBLE}",
-               "space": "x.space_id", "vec": "x.profile_embedding", "dim": "x.profile_dim"},
+               "space": "x.space_id", "vec": "x.profile_embedding", "dim": "x.profile_dim", "graph": "vector"},
 }
 
 
-_EXHAUSTIVE_SUM = lexical.BM25_SUM_SQL.format(term=lexical.BM25_TERM_SQL.format(idf="q.idf", avgdl="$6::float8"))
+_EXHAUSTIVE_SUM = lexical.BM25_SUM_SQL.format(term=lexical.BM25_TERM_SQL.format(idf="q.idf", avgdl="q.avgdl"))
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,26 @@ class SearchLegs:
         if cached and time.monotonic() - cached[0] < 30:
             return cached[1], cached[2]
         t = _TARGETS[kind]
-        row = await conn.fetchrow(
-            f"SELECT count(*) FILTER (WHERE {t['where']}) AS visible, count(*) AS total "
-            f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL",
-            caller.space_id, principals(caller))
-        visible, total = int(row["visible"]), int(row["total"])
+        if kind in ("claim", "chunk"):
+            row = await conn.fetchrow(
+                f"SELECT count(*) FILTER (WHERE {t['where']}) AS visible, count(*) AS total "
+                f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL",
+                caller.space_id, principals(caller))
+            visible, total = int(row["visible"]), int(row["total"])
+        else:
+            # Facts and entities are visible through evidence: counting them exactly checks
+            # every row's evidence (seconds at 100k claims, past the query timeout for a
+            # caller's first call). The share of visible live documents estimates it; only
+            # the plan (exact scan or graph, how wide a walk) depends on it, never what is
+            # returned.
+            row = await conn.fetchrow(
+                f"""SELECT (SELECT count(*) FROM {t['table']} WHERE {t['space']} = $1 AND {t['vec']} IS NOT NULL)
+                           AS total,
+                           (SELECT count(*) FILTER (WHERE {DOC_VISIBLE}) / greatest(count(*), 1)::float8
+                              FROM documents d WHERE d.space_id = $1 AND d.deleted_at IS NULL) AS share""",
+                caller.space_id, principals(caller))
+            total = int(row["total"])
+            visible = round(total * float(row["share"] or 0.0))
         self._counts[key] = (time.monotonic(), visible, total)
         return visible, total
 
@@ -183,9 +199,22 @@ class SearchLegs:
         if extra or eligible <= (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX):
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
-            sql = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
-                   f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
-            rows = await conn.fetch(sql, *args)
+            joined = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
+                      f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
+            rows: list[Any] = []
+            if not (restricted or extra) and eligible > k:
+                # The caller sees (nearly) everything: take the nearest rows by distance alone
+                # (a bounded top-N), then probe visibility in that order until k hold; checking
+                # every row first costs a join per row for facts and entities. Should too few
+                # of them be visible, the joined form below answers.
+                rows = await conn.fetch(
+                    f"SELECT r.id, 1 - r.distance AS score FROM ("
+                    f"SELECT {t['id']} AS id, {t['vec']} <=> $3 AS distance FROM {t['table']} "
+                    f"WHERE {t['space']} = $1 AND {t['dim']} = {dim} ORDER BY 2, 1 LIMIT $4 * 2 + 20) r "
+                    f"WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.id "
+                    f"AND {t['where']} LIMIT 1) ORDER BY r.distance, r.id LIMIT $4", *args)
+            if len(rows) < k:
+                rows = await conn.fetch(joined, *args)
         else:
             # HNSW with iterative scans: the index keeps walking until k rows pass the filter;
             # for a restricted caller the walk is widened and kept in strict order.
@@ -195,10 +224,12 @@ class SearchLegs:
             await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
             await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
-            cast = f"{t['vec']}::vector({dim})"
-            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {cast} <=> $3::vector({dim}) AS distance "
-                   f"{base} ORDER BY {cast} <=> $3::vector({dim}) LIMIT $4) "
-                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance")
+            # The graph orders by its own (half-precision, migration 0013) distance; the
+            # score and the final order are the float distance.
+            graph = f"{t['vec']}::{t['graph']}({dim}) <=> $3::vector({dim})::{t['graph']}({dim})"
+            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
+                   f"{base} ORDER BY {graph} LIMIT $4) "
+                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id")
             rows = await conn.fetch(sql, *args)
         return [(r["id"], float(r["score"])) for r in rows]
 
@@ -252,39 +283,51 @@ class SearchLegs:
                   FROM unnest($4::text[]) AS q(term)
                   LEFT JOIN (SELECT term, min(impact) AS floor, count(*) AS walked FROM prefix GROUP BY term) w
                          ON w.term = q.term"""
-        stats = await conn.fetchrow(
-            """SELECT (SELECT coalesce(sum(n), 0)::float8 FROM bm25_stats
-                        WHERE space_id = $1 AND target_kind = $2) AS n,
-                      (SELECT coalesce(sum(total_length), 0)::float8 FROM bm25_stats
-                        WHERE space_id = $1 AND target_kind = $2) AS total,
-                      (SELECT coalesce(sum(df), 0) FROM bm25_df
-                        WHERE space_id = $1 AND target_kind = $2 AND term = ANY($3::text[])) AS postings""",
-            caller.space_id, kind, terms)
-        n = float(stats["n"])
+        # One statement: the space's counters, and when the query's terms have few postings
+        # (known from the counters) every one of them scored, best first. The caller's
+        # visibility is then probed in score order, one primary-key lookup per target, until
+        # k are visible (a join would read the whole target table to keep the best ten). The
+        # LIMIT (never reached: the counters bound the postings) keeps each term's read a
+        # lookup in the term index; without it the planner may hash-join every posting of
+        # the kind.
+        where, where_args = filters.render(kind, 7)
+        rows = await conn.fetch(
+            f"""WITH d AS MATERIALIZED (
+                       SELECT term, sum(df)::float8 AS df FROM bm25_df
+                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
+                     s AS MATERIALIZED (
+                       SELECT coalesce(sum(n), 0)::float8 AS n, coalesce(sum(total_length), 0)::float8 AS total,
+                              (SELECT coalesce(sum(df), 0)::float8 FROM d) AS postings
+                         FROM bm25_stats WHERE space_id = $1 AND target_kind = $3),
+                     q AS MATERIALIZED (
+                       SELECT d.term, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf,
+                              CASE WHEN s.n > 0 THEN greatest(s.total / s.n, 1.0::float8) ELSE 1.0::float8 END AS avgdl
+                         FROM d, s WHERE s.postings <= $5),
+                     ranked AS MATERIALIZED (
+                       SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
+                         FROM q CROSS JOIN LATERAL (
+                                SELECT term, target_id, tf, length FROM bm25_postings
+                                 WHERE space_id = $1 AND target_kind = $3 AND term = q.term LIMIT $5) p
+                        GROUP BY p.target_id)
+                SELECT NULL::uuid AS id, NULL::float8 AS score, n, total, postings FROM s
+                UNION ALL
+                (SELECT r.target_id, r.score, NULL, NULL, NULL
+                   FROM (SELECT * FROM ranked ORDER BY score DESC, target_id OFFSET 0) r
+                  WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.target_id
+                            AND {t['where']} {where} LIMIT 1)
+                  LIMIT $6)""",
+            caller.space_id, principals(caller), kind, terms, lexical.BM25_EXHAUSTIVE_MAX, k, *where_args)
+        stats = rows[0]
+        n = stats["n"]
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
         if not stats["postings"]:  # no term of the query occurs in the space
             self.plans.append("none")
             return []
         if stats["postings"] <= lexical.BM25_EXHAUSTIVE_MAX:
-            # Few postings: scoring all of them in one statement is cheaper than proving a
-            # prefix (short, uniform texts give the threshold test little to prune).
-            where, where_args = filters.render(kind, 8)
-            rows = await conn.fetch(
-                f"""WITH q AS (SELECT term, ln(1 + ($5 - df + 0.5) / (df + 0.5)) AS idf
-                                 FROM (SELECT term, sum(df)::float8 AS df FROM bm25_df
-                                        WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[])
-                                        GROUP BY term) d),
-                         scored AS (
-                           SELECT p.target_id, {_EXHAUSTIVE_SUM} AS score
-                             FROM q JOIN bm25_postings p
-                               ON p.space_id = $1 AND p.target_kind = $3 AND p.term = q.term
-                            GROUP BY p.target_id)
-                    SELECT s.target_id AS id, s.score FROM scored s JOIN {t['table']} ON {t['id']} = s.target_id
-                     WHERE {t['where']} {where}
-                     ORDER BY s.score DESC, s.target_id LIMIT $7""",
-                caller.space_id, principals(caller), kind, terms, n, avgdl, k, *where_args)
+            # Few postings: scoring all of them is cheaper than proving a prefix (short,
+            # uniform texts give the threshold test little to prune).
             self.plans.append("bm25_exhaustive")
-            return [(r["id"], float(r["score"])) for r in rows]
+            return [(r["id"], float(r["score"])) for r in rows[1:]]
         # What an unread posting's part can be at most, per unit of its stored impact (the
         # tiny margin covers the impact's rounding to float8).
         slack = max(1.0, avgdl / lexical.BM25_REFERENCE_LENGTHS[kind]) * (1 + 1e-9)

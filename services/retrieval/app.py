@@ -185,6 +185,7 @@ class Retrieval:
         self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
         self.redact = redact or (lambda text, caller: text)
         self._dated: dict[uuid.UUID, bool] = {}
+        self._folds: dict[uuid.UUID, str] = {}
         self._item_terms: dict[uuid.UUID, frozenset[str]] = {}
         # Helper connections for concurrent legs: fewer than the pool holds (see concurrently).
         size = database.pool.get_max_size() if hasattr(database, "pool") else 0
@@ -227,9 +228,14 @@ class Retrieval:
 
         mine = [0, *(i + 1 for i, slot in enumerate(helpers) if not slot)]
         theirs = [i + 1 for i, slot in enumerate(helpers) if slot]
-        async with asyncio.TaskGroup() as group:  # a failing leg cancels the others before conn is let go
-            own = group.create_task(on_own(mine))
-            others = [group.create_task(on_helper(calls[i])) for i in theirs]
+        try:
+            async with asyncio.TaskGroup() as group:  # a failing leg cancels the others before conn is let go
+                own = group.create_task(on_own(mine))
+                others = [group.create_task(on_helper(calls[i])) for i in theirs]
+        except BaseExceptionGroup as failed:
+            # The leg's own error, as one after another would raise it (a timeout stays a
+            # TimeoutError, which callers and the error mapping know; a group would be a 500).
+            raise failed.exceptions[0] from None
         results: dict[int, Any] = dict(zip(mine, own.result(), strict=True)) | {
             i: task.result() for i, task in zip(theirs, others, strict=True)}
         return [results[i] for i in range(len(calls))]
@@ -489,9 +495,12 @@ class Retrieval:
         entities = await db.named_entities(conn, caller, name_keys(query))
         if entities:
             named = await db.mentioning(conn, caller.space_id, list(claim_rows), list(chunk_rows), entities)
-        dated = {cid for cid, row in claim_rows.items()
-                 if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
-        dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
+        temporal = is_temporal_question(query)
+        dated: set[uuid.UUID] = set()
+        if temporal and self.weights.temporal_lift:  # read only by the temporal lift
+            dated = {cid for cid, row in claim_rows.items()
+                     if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
+            dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
         similarity: dict[uuid.UUID, float] = {}
         coverage: dict[uuid.UUID, float] = {}
         if self.weights.dense:  # the second stage's dense signal, for every nominee
@@ -506,8 +515,7 @@ class Retrieval:
             coverage |= {cid: term_coverage(asked, self._terms(cid, row["chunk_text"]))
                          for cid, row in chunk_rows.items()}
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
-                                        named=frozenset(named), dated=frozenset(dated),
-                                        temporal=is_temporal_question(query),
+                                        named=frozenset(named), dated=frozenset(dated), temporal=temporal,
                                         similarity=similarity, term_coverage=coverage)
         return candidates, claim_rows, chunk_rows, full
 
@@ -530,6 +538,16 @@ class Retrieval:
             known = self._dated[item_id] = mentions_time(text)
         return known
 
+    def _folded(self, claim_id: uuid.UUID, text: str) -> str:
+        """A claim's text as grouping compares it (folded, lower case, spaces collapsed),
+        remembered by id: claim text never changes, and one answer groups hundreds."""
+        known = self._folds.get(claim_id)
+        if known is None:
+            if len(self._folds) >= DATED_CACHE:
+                self._folds.clear()
+            known = self._folds[claim_id] = " ".join(fold(text).lower().split())
+        return known
+
     async def claims_and_sources(self, caller: Caller, query: str, entity_ids: Sequence[uuid.UUID] | None, k: int,
                                  candidate_k: int) -> t.Envelope:
         vector = await self.embed_query(query)
@@ -548,7 +566,7 @@ class Retrieval:
             if row is None:
                 dropped += 1
                 continue
-            key = (" ".join(fold(row["claim_text"]).lower().split()), row["asserted_at"],
+            key = (self._folded(fused.item_id, row["claim_text"]), row["asserted_at"],
                    row["claim_valid_from"], row["claim_valid_until"], row["claim_valid_precision"],
                    row["is_attributed"], row["attributed_to"])
             groups.setdefault(key, []).append(row)

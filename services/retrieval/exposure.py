@@ -56,7 +56,7 @@ async def _bare(conn: Any, caller: Caller, vector: Any, dim: int, k: int) -> lis
     rows = await conn.fetch(
         f"""SELECT c.claim_id FROM claims c WHERE c.space_id = $1 AND c.embedding_dim = {dim}
               AND c.is_current_testimony AND {CLAIM_VISIBLE}
-            ORDER BY c.embedding::vector({dim}) <=> $3::vector({dim}) LIMIT $4""",
+            ORDER BY c.embedding::halfvec({dim}) <=> $3::vector({dim})::halfvec({dim}) LIMIT $4""",
         caller.space_id, sorted(caller.principals or []), vector, k)
     return [r[0] for r in rows]
 

@@ -57,3 +57,26 @@ async def test_concurrent_legs_give_the_sequential_answer(dsn: str) -> None:
     finally:
         await db.close()
         await conn.close()
+
+
+async def test_a_failing_leg_raises_its_own_error(dsn: str) -> None:
+    """Not the TaskGroup's ExceptionGroup, which no error mapping knows (it was a 500): the
+    leg's error, as the legs one after another raise it; every slot is given back."""
+    db = await Database.connect(dsn, max_size=8)
+    try:
+        retrieval = Retrieval(db, HashEmbeddings(384), None)
+
+        async def times_out(conn: asyncpg.Connection) -> None:
+            await conn.fetchval("SELECT 1")
+            raise TimeoutError
+
+        async with retrieval.snapshot() as conn:
+            try:
+                await retrieval.concurrently(conn, [lambda c: c.fetchval("SELECT pg_sleep(0.05)"), times_out])
+            except TimeoutError:
+                pass
+            else:  # pragma: no cover - the assertion below names the failure
+                raise AssertionError("the leg's TimeoutError was not raised")
+        assert retrieval._helper is not None and retrieval._helper.free == 4
+    finally:
+        await db.close()
