@@ -23,9 +23,10 @@ from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import (
     build_sections,
     chunk,
+    mean_vectors,
     normalized_hash,
     parse_blocks,
-    retrieval_text,
+    retrieval_units,
     reuse_plan,
 )
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
@@ -151,18 +152,23 @@ class Stages:
         pending = await self.store.unembedded(table, source.version_id)
         fixed = await self.store.space_model(source.space_id)
         self._check_model(fixed)
-        vectors: list[tuple[uuid.UUID, list[float]]] = []
-        for start in range(0, len(pending), self.embed_batch_size):
-            batch = pending[start:start + self.embed_batch_size]
-            texts = [retrieval_text(text) if table == "chunks" else text for _, text in batch]
-            embedded = await self._call_embeddings(unit, source, texts)
-            vectors.extend(zip((i for i, _ in batch), embedded, strict=True))
+        # A chunk is embedded unit by unit (turn, block); its own vector is their normalised
+        # mean, so the chunk text is not embedded a second time.
+        owned = [(i, u) for i, text in pending for u in (retrieval_units(text) if table == "chunks" else [text])]
+        embedded: list[list[float]] = []
+        for start in range(0, len(owned), self.embed_batch_size):
+            texts = [text for _, text in owned[start:start + self.embed_batch_size]]
+            embedded.extend(await self._call_embeddings(unit, source, texts))
+        units = [(i, vector) for (i, _), vector in zip(owned, embedded, strict=True)]
+        vectors = mean_vectors(units) if table == "chunks" else units
 
         async def write(conn: Any) -> None:
             if vectors:
                 self._check_model(await self.store.fix_space_model(conn, source.space_id, self.embeddings.model,
                                                                    self.embeddings.dimension))
                 await self.store.save_vectors(conn, table, vectors, self.embeddings.model)
+                if table == "chunks":
+                    await self.store.save_units(conn, source.space_id, units, self.embeddings.model)
 
         return Done(write)
 

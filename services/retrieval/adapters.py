@@ -51,6 +51,9 @@ FULL_VIEW_SHARE = 0.9
 DIRECT_PRINCIPALS_MAX = 64
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
+# The HNSW walk of the semantic chunk leg reads this many unit hits per chunk wanted (a
+# chunk holds about three turns or blocks; several of them may be near one query).
+UNITS_PER_CHUNK_HIT = 4
 
 
 def principals(caller: Caller) -> list[str] | None:
@@ -63,6 +66,12 @@ _TARGETS: dict[str, dict[str, str]] = {
     "chunk": {"table": "chunks c JOIN document_versions v ON v.version_id = c.version_id", "id": "c.chunk_id",
               "where": f"v.deleted_at IS NULL AND {CLAIM_VISIBLE}", "space": "c.space_id", "vec": "c.embedding",
               "dim": "c.embedding_dim"},
+    # The semantic chunk leg searches the chunks' unit vectors (turns, blocks) and ranks a
+    # chunk by its best unit; a unit is visible exactly when its chunk is.
+    "chunk_unit": {"table": "chunk_units u JOIN chunks c ON c.chunk_id = u.chunk_id AND c.space_id = u.space_id "
+                            "JOIN document_versions v ON v.version_id = c.version_id", "id": "c.chunk_id",
+                   "where": f"v.deleted_at IS NULL AND {CLAIM_VISIBLE}", "space": "u.space_id", "vec": "u.embedding",
+                   "dim": "u.embedding_dim"},
     "fact": {"table": "facts f", "id": "f.fact_id", "where": f"f.invalidated_at IS NULL AND {FACT_SUPPORTED}",
              "space": "f.space_id", "vec": "f.embedding", "dim": "f.embedding_dim"},
     "entity": {"table": "entities x", "id": "x.entity_id", "where": f"x.merged_into IS NULL AND {ENTITY_VISIBLE}",
@@ -167,7 +176,8 @@ class SearchLegs:
 
     async def semantic(self, conn: asyncpg.Connection, kind: str, caller: Caller, vector: Sequence[float], k: int,
                        *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
-        t = _TARGETS[kind]
+        grouped = kind == "chunk"
+        t = _TARGETS["chunk_unit" if grouped else kind]
         extra, extra_args = filters.render(kind, 5)
         if not await self.comparable(conn, caller.space_id):
             # Another model made these vectors: a distance between them and the query means
@@ -176,29 +186,35 @@ class SearchLegs:
             return []
         dim = len(vector)
         query = np.asarray(vector, dtype=np.float32)
-        eligible, total = await self.counts(conn, kind, caller)
+        eligible, total = await self.counts(conn, "chunk_unit" if grouped else kind, caller)
         base = (f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra}")
         args = [caller.space_id, principals(caller), query, k, *extra_args]
         restricted = eligible < total * FULL_VIEW_SHARE
         if extra or eligible <= (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX):
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
-            sql = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
-                   f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
+            if grouped:  # a chunk scores as its best unit
+                sql = (f"SELECT {t['id']} AS id, 1 - min({t['vec']} <=> $3) AS score {base} "
+                       f"GROUP BY {t['id']} ORDER BY min({t['vec']} <=> $3) LIMIT $4")
+            else:
+                sql = (f"SELECT {t['id']} AS id, 1 - ({t['vec']} <=> $3) AS score {base} "
+                       f"ORDER BY {t['vec']} <=> $3 LIMIT $4")
             rows = await conn.fetch(sql, *args)
         else:
             # HNSW with iterative scans: the index keeps walking until k rows pass the filter;
             # for a restricted caller the walk is widened and kept in strict order.
             self.plans.append("hnsw")
             order = "strict_order" if restricted else "relaxed_order"
-            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * 4))
+            wanted = k * UNITS_PER_CHUNK_HIT if grouped else k
+            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, wanted * 4))
             await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
             await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
             cast = f"{t['vec']}::vector({dim})"
+            # Grouped: the nearest units, enough of them for k chunks of a few units each.
             sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {cast} <=> $3::vector({dim}) AS distance "
-                   f"{base} ORDER BY {cast} <=> $3::vector({dim}) LIMIT $4) "
-                   "SELECT id, 1 - distance AS score FROM hits ORDER BY distance")
+                   f"{base} ORDER BY {cast} <=> $3::vector({dim}) LIMIT {wanted}) "
+                   "SELECT id, 1 - min(distance) AS score FROM hits GROUP BY id ORDER BY min(distance) LIMIT $4")
             rows = await conn.fetch(sql, *args)
         return [(r["id"], float(r["score"])) for r in rows]
 

@@ -13,14 +13,17 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 
+import numpy as np
 import pytest
 
 from bench import labelled, quality
 from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
+from services.pipeline.domain.structure import mean_vectors, retrieval_units
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
+from services.retrieval import adapters
 from services.retrieval.app import Retrieval
 from services.retrieval.domain import turn_spans
 from services.retrieval.primitives import Primitives
@@ -174,6 +177,87 @@ def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanne
         assert env.evidence or env.chunks or env.negative.explanation
 
 
+def test_each_turn_and_block_of_a_chunk_has_its_own_vector_and_the_chunk_their_mean(ingested) -> None:
+    dsn, _, docs = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            rows = await db.fetch("SELECT chunk_id, doc_id, chunk_text, embedding FROM chunks "
+                                  "WHERE embedding IS NOT NULL")
+            units: dict[uuid.UUID, list[tuple[int, np.ndarray]]] = {}
+            for u in await db.fetch("SELECT chunk_id, ordinal, embedding FROM chunk_units ORDER BY ordinal"):
+                units.setdefault(u["chunk_id"], []).append((u["ordinal"], u["embedding"]))
+            assert set(units) == {r["chunk_id"] for r in rows}
+            assert {docs[r["doc_id"]].kind for r in rows} == {"conversation", "document"}
+            for r in rows:
+                texts = retrieval_units(r["chunk_text"])
+                assert [n for n, _ in units[r["chunk_id"]]] == list(range(len(texts)))
+                vectors = await HashEmbeddings().embed(texts)
+                assert np.allclose([v for _, v in units[r["chunk_id"]]], vectors, atol=1e-5)
+                assert np.allclose(r["embedding"], mean_vectors([(0, v) for v in vectors])[0][1], atol=1e-5)
+            conversation = [r for r in rows if docs[r["doc_id"]].kind == "conversation"]
+            assert sum(len(units[r["chunk_id"]]) for r in conversation) > 2 * len(conversation)  # several turns a chunk
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
+def test_the_semantic_chunk_leg_ranks_a_chunk_by_its_best_unit(ingested) -> None:
+    dsn, _, _ = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            retrieval = Retrieval(db, HashEmbeddings(), None)
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            rows = await db.fetch("SELECT chunk_id, chunk_text FROM chunks ORDER BY chunk_id")
+            probes = [(r["chunk_id"], retrieval_units(r["chunk_text"])) for r in rows]
+            probes = [(chunk_id, units) for chunk_id, units in probes if len(units) >= 3][:5]
+            assert probes
+            for chunk_id, units in probes:
+                # One turn of a many-turn chunk, asked word for word: that unit matches exactly
+                # (the chunk's mean vector would not), so the chunk comes first with score 1.
+                vector = (await HashEmbeddings().embed([units[1]]))[0]
+                for exact_max, plan in ((None, "exact"), (0, "hnsw")):
+                    saved = adapters.EXACT_SCAN_MAX
+                    if exact_max is not None:
+                        adapters.EXACT_SCAN_MAX = exact_max
+                    try:
+                        async with retrieval.snapshot() as conn:
+                            found = await retrieval.legs.semantic(conn, "chunk", caller, vector, 10)
+                    finally:
+                        adapters.EXACT_SCAN_MAX = saved
+                    assert retrieval.legs.plans[-1] == plan
+                    assert len({i for i, _ in found}) == len(found)  # a chunk once, however many units match
+                    top = [i for i, score in found if score > 1 - 1e-4]
+                    assert chunk_id in top, (plan, units[1], found[:3])
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
+def test_unit_vectors_go_with_their_chunks(ingested) -> None:
+    dsn, _, _ = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            async with db.acquire() as conn:
+                tx = conn.transaction()
+                await tx.start()
+                try:
+                    space = await conn.fetchval("SELECT space_id FROM spaces WHERE is_default")
+                    assert await conn.fetchval("SELECT count(*) FROM chunk_units WHERE space_id = $1", space)
+                    await conn.execute("DELETE FROM spaces WHERE space_id = $1", space)
+                    assert await conn.fetchval("SELECT count(*) FROM chunk_units") == 0
+                finally:
+                    await tx.rollback()
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
 def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None:
     # Runs last in this module: it changes the space's model.
     dsn, _, _ = ingested
@@ -200,6 +284,10 @@ def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None
                                       ("facts", "embedding_model"), ("entities", "profile_model")):
                     models = await conn.fetch(f"SELECT DISTINCT {column} FROM {table} WHERE {column} IS NOT NULL")
                     assert [r[0] for r in models] == [new.model], table
+                units = await conn.fetchrow("SELECT count(*) AS n, array_agg(DISTINCT embedding_model) AS models, "
+                                            "array_agg(DISTINCT embedding_dim) AS dims FROM chunk_units")
+                assert (units["n"], units["models"], units["dims"]) == (summary["reembedded"]["chunk_units"],
+                                                                       [new.model], [256])
             fresh = Retrieval(db, new, None)
             env = await Primitives(fresh).search(caller, "chunk", query, 10, "semantic")
             assert env.chunks and "Faria Logistics" in "".join(c.chunk_text for c in env.chunks)

@@ -1,0 +1,42 @@
+-- Retrieval units: one vector per conversation turn or document block of a chunk.
+-- A chunk holds several turns (about three); one vector of all of them dilutes the meaning
+-- of each. The semantic chunk leg searches these vectors and ranks a chunk by its best
+-- unit; the chunk's own vector is the normalised mean of its units' (one embedding pass).
+
+-- The parent key the units refer to. Chunks are keyed by chunk_id today and may be re-keyed
+-- to (chunk_id, space_id); either way (chunk_id, space_id) must be unique for the foreign
+-- key, so it is added only when no such key exists yet.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint k
+         WHERE k.conrelid = 'chunks'::regclass AND k.contype IN ('p', 'u')
+           AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+                 WHERE a.attrelid = k.conrelid AND a.attnum = ANY(k.conkey)) = ARRAY['chunk_id', 'space_id']) THEN
+        ALTER TABLE chunks ADD CONSTRAINT chunks_chunk_id_space_id_key UNIQUE (chunk_id, space_id);
+    END IF;
+END
+$$;
+
+CREATE TABLE chunk_units (
+    chunk_id         uuid NOT NULL,
+    ordinal          integer NOT NULL CHECK (ordinal >= 0),
+    space_id         uuid NOT NULL,
+    embedding        vector NOT NULL,
+    embedding_dim    integer NOT NULL,
+    embedding_model  text NOT NULL,
+    PRIMARY KEY (chunk_id, ordinal, space_id),
+    FOREIGN KEY (chunk_id, space_id) REFERENCES chunks (chunk_id, space_id) ON DELETE CASCADE
+);
+CREATE INDEX chunk_units_hnsw_384 ON chunk_units USING hnsw ((embedding::vector(384)) vector_cosine_ops)
+    WHERE embedding_dim = 384;
+CREATE INDEX chunk_units_hnsw_768 ON chunk_units USING hnsw ((embedding::vector(768)) vector_cosine_ops)
+    WHERE embedding_dim = 768;
+CREATE INDEX chunk_units_hnsw_1536 ON chunk_units USING hnsw ((embedding::vector(1536)) vector_cosine_ops)
+    WHERE embedding_dim = 1536;
+CREATE INDEX chunk_units_space ON chunk_units (space_id, embedding_dim);
+
+-- Chunks embedded before this migration keep being found: each gets one unit, its whole
+-- vector, until `testament ops reembed` splits it into its turns and blocks.
+INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim, embedding_model)
+SELECT chunk_id, 0, space_id, embedding, embedding_dim, embedding_model FROM chunks WHERE embedding IS NOT NULL;
