@@ -23,10 +23,9 @@ from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import (
     build_sections,
     chunk,
-    mean_vectors,
+    embedding_inputs,
     normalized_hash,
     parse_blocks,
-    retrieval_units,
     reuse_plan,
 )
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
@@ -152,15 +151,13 @@ class Stages:
         pending = await self.store.unembedded(table, source.version_id)
         fixed = await self.store.space_model(source.space_id)
         self._check_model(fixed)
-        # A chunk is embedded unit by unit (turn, block); its own vector is their normalised
-        # mean, so the chunk text is not embedded a second time.
-        owned = [(i, u) for i, text in pending for u in (retrieval_units(text) if table == "chunks" else [text])]
+        owned = [item for i, text in pending for item in embedding_inputs(table, i, text)]
         embedded: list[list[float]] = []
         for start in range(0, len(owned), self.embed_batch_size):
-            texts = [text for _, text in owned[start:start + self.embed_batch_size]]
+            texts = [text for _, _, text in owned[start:start + self.embed_batch_size]]
             embedded.extend(await self._call_embeddings(unit, source, texts))
-        units = [(i, vector) for (i, _), vector in zip(owned, embedded, strict=True)]
-        vectors = mean_vectors(units) if table == "chunks" else units
+        vectors = [(i, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is None]
+        units = [(i, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is not None]
 
         async def write(conn: Any) -> None:
             if vectors:

@@ -118,9 +118,10 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                     assert len(found) == len(oracle), plan
                     assert all(1 - score <= cutoff for _, score in found), plan  # recall 1.0 up to ties
                 # The semantic chunk leg searches unit vectors: a unit is visible exactly when its
-                # chunk is, and a chunk scores as its best visible unit (the exact oracle).
+                # chunk is; a chunk scores by its best unit and its whole text (the exact oracle).
                 chunk_oracle = await conn.fetch(
-                    f"""SELECT c.chunk_id, c.doc_id, min(u.embedding <=> $3) AS distance
+                    f"""SELECT c.chunk_id, c.doc_id,
+                               (min(u.embedding <=> $3) + min(c.embedding <=> $3)) / 2 AS distance
                           FROM chunk_units u JOIN chunks c ON c.chunk_id = u.chunk_id
                          WHERE c.space_id = $1 AND {db.CLAIM_VISIBLE}
                          GROUP BY c.chunk_id ORDER BY 3 LIMIT 10""", space, sorted(principals),

@@ -18,7 +18,7 @@ import pytest
 
 from bench import labelled, quality
 from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
-from services.pipeline.domain.structure import mean_vectors, retrieval_units
+from services.pipeline.domain.structure import retrieval_text, retrieval_units
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
@@ -177,7 +177,7 @@ def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanne
         assert env.evidence or env.chunks or env.negative.explanation
 
 
-def test_each_turn_and_block_of_a_chunk_has_its_own_vector_and_the_chunk_their_mean(ingested) -> None:
+def test_each_turn_and_block_of_a_chunk_has_its_own_vector(ingested) -> None:
     dsn, _, docs = ingested
 
     async def run() -> None:
@@ -185,9 +185,9 @@ def test_each_turn_and_block_of_a_chunk_has_its_own_vector_and_the_chunk_their_m
         try:
             rows = await db.fetch("SELECT chunk_id, doc_id, chunk_text, embedding FROM chunks "
                                   "WHERE embedding IS NOT NULL")
-            units: dict[uuid.UUID, list[tuple[int, np.ndarray]]] = {}
+            units: dict[uuid.UUID, list[tuple[int, list[float]]]] = {}
             for u in await db.fetch("SELECT chunk_id, ordinal, embedding FROM chunk_units ORDER BY ordinal"):
-                units.setdefault(u["chunk_id"], []).append((u["ordinal"], u["embedding"]))
+                units.setdefault(u["chunk_id"], []).append((u["ordinal"], u["embedding"].to_list()))
             assert set(units) == {r["chunk_id"] for r in rows}
             assert {docs[r["doc_id"]].kind for r in rows} == {"conversation", "document"}
             for r in rows:
@@ -195,7 +195,8 @@ def test_each_turn_and_block_of_a_chunk_has_its_own_vector_and_the_chunk_their_m
                 assert [n for n, _ in units[r["chunk_id"]]] == list(range(len(texts)))
                 vectors = await HashEmbeddings().embed(texts)
                 assert np.allclose([v for _, v in units[r["chunk_id"]]], vectors, atol=1e-5)
-                assert np.allclose(r["embedding"], mean_vectors([(0, v) for v in vectors])[0][1], atol=1e-5)
+                whole = await HashEmbeddings().embed([retrieval_text(r["chunk_text"])])
+                assert np.allclose(r["embedding"].to_list(), whole[0], atol=1e-5)  # and the whole text its own
             conversation = [r for r in rows if docs[r["doc_id"]].kind == "conversation"]
             assert sum(len(units[r["chunk_id"]]) for r in conversation) > 2 * len(conversation)  # several turns a chunk
         finally:
@@ -211,14 +212,15 @@ def test_the_semantic_chunk_leg_ranks_a_chunk_by_its_best_unit(ingested) -> None
         try:
             retrieval = Retrieval(db, HashEmbeddings(), None)
             caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
-            rows = await db.fetch("SELECT chunk_id, chunk_text FROM chunks ORDER BY chunk_id")
-            probes = [(r["chunk_id"], retrieval_units(r["chunk_text"])) for r in rows]
-            probes = [(chunk_id, units) for chunk_id, units in probes if len(units) >= 3][:5]
+            rows = await db.fetch("SELECT chunk_id, chunk_text, embedding FROM chunks ORDER BY chunk_id")
+            probes = [(r, retrieval_units(r["chunk_text"])) for r in rows]
+            probes = [(r, max(units, key=len)) for r, units in probes if len(units) >= 3][:5]
             assert probes
-            for chunk_id, units in probes:
-                # One turn of a many-turn chunk, asked word for word: that unit matches exactly
-                # (the chunk's mean vector would not), so the chunk comes first with score 1.
-                vector = (await HashEmbeddings().embed([units[1]]))[0]
+            for row, said in probes:
+                # One turn or block of a many-unit chunk, asked word for word: that unit matches
+                # exactly, so the chunk scores the mean of 1 (its best unit) and its whole text's.
+                vector = (await HashEmbeddings().embed([said]))[0]
+                whole = float(np.dot(row["embedding"].to_list(), vector))
                 for exact_max, plan in ((None, "exact"), (0, "hnsw")):
                     saved = adapters.EXACT_SCAN_MAX
                     if exact_max is not None:
@@ -230,8 +232,9 @@ def test_the_semantic_chunk_leg_ranks_a_chunk_by_its_best_unit(ingested) -> None
                         adapters.EXACT_SCAN_MAX = saved
                     assert retrieval.legs.plans[-1] == plan
                     assert len({i for i, _ in found}) == len(found)  # a chunk once, however many units match
-                    top = [i for i, score in found if score > 1 - 1e-4]
-                    assert chunk_id in top, (plan, units[1], found[:3])
+                    assert found[0][0] == row["chunk_id"], (plan, said, found[:3])
+                    assert found[0][1] == pytest.approx((1 + whole) / 2, abs=1e-4)
+                    assert found[0][1] > whole + 1e-3  # more than its whole text alone would score
         finally:
             await db.close()
     asyncio.run(run())
@@ -246,11 +249,23 @@ def test_unit_vectors_go_with_their_chunks(ingested) -> None:
             async with db.acquire() as conn:
                 tx = conn.transaction()
                 await tx.start()
-                try:
-                    space = await conn.fetchval("SELECT space_id FROM spaces WHERE is_default")
-                    assert await conn.fetchval("SELECT count(*) FROM chunk_units WHERE space_id = $1", space)
-                    await conn.execute("DELETE FROM spaces WHERE space_id = $1", space)
-                    assert await conn.fetchval("SELECT count(*) FROM chunk_units") == 0
+                try:  # a chunk written again (a re-run of the chunk stage deletes the old rows)
+                    chunk_id = uuid.uuid4()
+                    await conn.execute(
+                        """INSERT INTO chunks (chunk_id, space_id, doc_id, version_id, representation_id, ordinal,
+                                               block_start, block_end, char_start, char_end, token_count, chunk_text,
+                                               content_hash, embedding, embedding_dim, embedding_model)
+                           SELECT $1, space_id, doc_id, version_id, representation_id, 100000, block_start,
+                                  block_end, char_start, char_end, token_count, chunk_text, content_hash, embedding,
+                                  embedding_dim, embedding_model FROM chunks WHERE embedding IS NOT NULL LIMIT 1""",
+                        chunk_id)
+                    await conn.execute(
+                        """INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim,
+                                                    embedding_model)
+                           SELECT chunk_id, 0, space_id, embedding, embedding_dim, embedding_model FROM chunks
+                            WHERE chunk_id = $1""", chunk_id)
+                    await conn.execute("DELETE FROM chunks WHERE chunk_id = $1", chunk_id)
+                    assert await conn.fetchval("SELECT count(*) FROM chunk_units WHERE chunk_id = $1", chunk_id) == 0
                 finally:
                     await tx.rollback()
         finally:
@@ -288,9 +303,11 @@ def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None
                                             "array_agg(DISTINCT embedding_dim) AS dims FROM chunk_units")
                 assert (units["n"], units["models"], units["dims"]) == (summary["reembedded"]["chunk_units"],
                                                                        [new.model], [256])
+                text = await conn.fetchval("SELECT chunk_text FROM chunks WHERE chunk_text LIKE '%Faria Logistics%'")
             fresh = Retrieval(db, new, None)
-            env = await Primitives(fresh).search(caller, "chunk", query, 10, "semantic")
-            assert env.chunks and "Faria Logistics" in "".join(c.chunk_text for c in env.chunks)
+            said = next(u for u in retrieval_units(text) if "Faria Logistics" in u)
+            env = await Primitives(fresh).search(caller, "chunk", said, 10, "semantic")
+            assert env.chunks and "Faria Logistics" in env.chunks[0].chunk_text  # the new units answer
             async with db.acquire() as conn:
                 await conn.execute("INSERT INTO work_units (space_id, version_id, stage, unit_key, "
                                    "component_version) SELECT $1, version_id, 'embed_chunk', 'x', 'embed_chunk/1' "

@@ -22,7 +22,7 @@ import asyncpg
 import numpy as np
 
 from services.pipeline.adapters.store import PgStageStore
-from services.pipeline.domain.structure import mean_vectors, retrieval_units
+from services.pipeline.domain.structure import embedding_inputs
 
 EMBED_STAGES = ("embed_chunk", "embed_claim", "label_relation", "reconcile")
 
@@ -66,21 +66,17 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
         rows = await conn.fetch(
             f"SELECT {table.key} AS id, {table.text} AS text FROM {table.name} "
             f"WHERE space_id = $1 AND {table.text} IS NOT NULL ORDER BY {table.key}", space_id)
-        # A chunk is embedded unit by unit; its vector is their normalised mean (as ingest does).
-        owned = [(r["id"], u) for r in rows
-                 for u in (retrieval_units(r["text"]) if table.name == "chunks" else [r["text"]])]
+        owned = [item for r in rows for item in embedding_inputs(table.name, r["id"], r["text"])]
         vectors: list[list[float]] = []
         for start in range(0, len(owned), batch):
-            vectors.extend(await embed([text for _, text in owned[start:start + batch]]))
+            vectors.extend(await embed([text for _, _, text in owned[start:start + batch]]))
             if progress is not None:
                 progress(table.name, min(start + batch, len(owned)))
         if vectors:
             dimension = len(vectors[0])
-        embedded = [(i, v) for (i, _), v in zip(owned, vectors, strict=True)]
-        if table.name == "chunks":
-            units = embedded
-            embedded = mean_vectors(embedded)
-        computed[table.name] = [(i, np.asarray(v, dtype=np.float32)) for i, v in embedded]
+        embedded = list(zip(owned, vectors, strict=True))
+        computed[table.name] = [(i, np.asarray(v, dtype=np.float32)) for (i, part, _), v in embedded if part is None]
+        units.extend((i, v) for (i, part, _), v in embedded if part is not None)
     counts = {name: len(items) for name, items in computed.items()}
     counts["chunk_units"] = len(units)
     if dimension is None:

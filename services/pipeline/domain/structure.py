@@ -28,8 +28,6 @@ from datetime import datetime
 from functools import partial
 from typing import Literal, TypeVar
 
-import numpy as np
-
 __all__ = [
     "Block",
     "BlockKind",
@@ -40,8 +38,8 @@ __all__ = [
     "chunk",
     "content_start",
     "default_token_count",
+    "embedding_inputs",
     "heading_span",
-    "mean_vectors",
     "normalize_title",
     "normalized_hash",
     "parse_blocks",
@@ -918,18 +916,13 @@ def retrieval_units(text: str) -> list[str]:
     return units or [retrieval_text(text)]
 
 
-def mean_vectors(units: Sequence[tuple[K, Sequence[float]]]) -> list[tuple[K, list[float]]]:
-    """Each owner's vector from its units' vectors: their mean, normalised to unit length
-    (cosine search compares directions). Owners come out in the order first seen."""
-    groups: dict[K, list[Sequence[float]]] = {}
-    for owner, vector in units:
-        groups.setdefault(owner, []).append(vector)
-    out = []
-    for owner, vectors in groups.items():
-        mean = np.asarray(vectors, dtype=np.float64).mean(axis=0)
-        norm = float(np.linalg.norm(mean)) or 1.0
-        out.append((owner, (mean / norm).tolist()))
-    return out
+def embedding_inputs(table: str, owner: K, text: str) -> list[tuple[K, int | None, str]]:
+    """What is embedded for a row: ``(owner, None, text)`` for the row itself and, for a chunk,
+    ``(owner, n, unit)`` for each of its retrieval units. A chunk is searched by both its
+    whole text and its best unit (the semantic chunk leg in services/retrieval/adapters.py)."""
+    if table != "chunks":
+        return [(owner, None, text)]
+    return [(owner, None, retrieval_text(text)), *((owner, n, u) for n, u in enumerate(retrieval_units(text)))]
 
 
 def _line_of(text: str) -> _Line:

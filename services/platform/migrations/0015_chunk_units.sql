@@ -1,7 +1,7 @@
 -- Retrieval units: one vector per conversation turn or document block of a chunk.
 -- A chunk holds several turns (about three); one vector of all of them dilutes the meaning
--- of each. The semantic chunk leg searches these vectors and ranks a chunk by its best
--- unit; the chunk's own vector is the normalised mean of its units' (one embedding pass).
+-- of each. The semantic chunk leg searches these vectors beside the chunks' own and scores
+-- a chunk by its best unit and its whole text together.
 
 -- The parent key the units refer to. Chunks are keyed by chunk_id today and may be re-keyed
 -- to (chunk_id, space_id); either way (chunk_id, space_id) must be unique for the foreign

@@ -16,7 +16,7 @@ from services.pipeline.domain.structure import (
     build_sections,
     chunk,
     default_token_count,
-    mean_vectors,
+    embedding_inputs,
     normalize_title,
     normalized_hash,
     parse_blocks,
@@ -503,7 +503,9 @@ def test_retrieval_units_are_the_turns_and_blocks_a_chunk_holds() -> None:
     assert retrieval_units("# A heading alone\n") == ["# A heading alone\n"]  # still one unit, never none
 
 
-def test_a_chunk_vector_is_the_normalised_mean_of_its_units() -> None:
-    (owner, vector), (other, same) = mean_vectors([("a", [1.0, 0.0]), ("a", [0.0, 1.0]), ("b", [0.0, 3.0])])
-    assert (owner, other) == ("a", "b")
-    assert vector == pytest.approx([2 ** -0.5, 2 ** -0.5]) and same == pytest.approx([0.0, 1.0])
+def test_a_chunk_is_embedded_whole_and_unit_by_unit() -> None:
+    text = _session("Bakery chat", ("Grace", "Mateo"), 2)
+    assert embedding_inputs("chunks", "c", text) == [("c", None, retrieval_text(text)),
+                                                     ("c", 0, "Mateo: line 1 about topic 7."),
+                                                     ("c", 1, "Grace: line 2 about topic 14.")]
+    assert embedding_inputs("claims", "k", "Ravi owns it.") == [("k", None, "Ravi owns it.")]
