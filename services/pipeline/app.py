@@ -157,7 +157,7 @@ class Stages:
             texts = [text for _, _, text in owned[start:start + self.embed_batch_size]]
             embedded.extend(await self._call_embeddings(unit, source, texts))
         vectors = [(i, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is None]
-        units = [(i, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is not None]
+        units = [(i, part, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is not None]
 
         async def write(conn: Any) -> None:
             if vectors:

@@ -3,9 +3,10 @@
 A space's vectors all come from one model (``space_embedding_models``); the pipeline
 refuses to add vectors of another, and retrieval never compares a query with vectors of
 another model. Changing the model is therefore this guided step: every vector of the
-space (passages and their units, claims, facts, entity profiles) is recomputed with the
-configured provider, and the rows and the space's model switch in one transaction, so a reader sees
-either the old model everywhere or the new one everywhere, never a mix.
+space (passages and their turns or blocks, claims, facts, entity profiles) is recomputed
+with the configured provider, and the rows and the space's model switch in one
+transaction, so a reader sees either the old model everywhere or the new one everywhere,
+never a mix.
 
 Run it while no embedding work is pending or running for the space (it refuses
 otherwise): rows written by an embed stage running meanwhile would keep the old model.
@@ -60,7 +61,7 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
                              "pipeline finish (testament ops inspect), then run reembed again")
     previous = await conn.fetchval("SELECT model FROM space_embedding_models WHERE space_id = $1", space_id)
     computed: dict[str, list[tuple[Any, np.ndarray]]] = {}
-    units: list[tuple[Any, list[float]]] = []
+    units: list[tuple[Any, int, list[float]]] = []
     dimension = None
     for table in TABLES:
         rows = await conn.fetch(
@@ -76,7 +77,7 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
             dimension = len(vectors[0])
         embedded = list(zip(owned, vectors, strict=True))
         computed[table.name] = [(i, np.asarray(v, dtype=np.float32)) for (i, part, _), v in embedded if part is None]
-        units.extend((i, v) for (i, part, _), v in embedded if part is not None)
+        units.extend((i, part, v) for (i, part, _), v in embedded if part is not None)
     counts = {name: len(items) for name, items in computed.items()}
     counts["chunk_units"] = len(units)
     if dimension is None:

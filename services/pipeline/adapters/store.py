@@ -239,21 +239,16 @@ class PgStageStore:
 
     @staticmethod
     async def save_units(conn: asyncpg.Connection, space_id: uuid.UUID,
-                         units: Sequence[tuple[uuid.UUID, list[float]]], model: str) -> None:
-        """The unit vectors of chunks (in each chunk's unit order), replacing any they had."""
+                         units: Sequence[tuple[uuid.UUID, int, list[float]]], model: str) -> None:
+        """The unit vectors of chunks, (chunk_id, ordinal, vector), replacing any they had."""
         import numpy as np
 
         await conn.execute("DELETE FROM chunk_units WHERE space_id = $1 AND chunk_id = ANY($2::uuid[])",
-                           space_id, list({i for i, _ in units}))
-        ordinals: dict[uuid.UUID, int] = {}
-        rows = []
-        for chunk_id, vector in units:
-            ordinals[chunk_id] = ordinals.get(chunk_id, -1) + 1
-            rows.append((chunk_id, ordinals[chunk_id], space_id, np.asarray(vector, dtype=np.float32), len(vector),
-                         model))
+                           space_id, list({i for i, _, _ in units}))
         await conn.executemany(
             """INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim, embedding_model)
-               VALUES ($1, $2, $3, $4, $5, $6)""", rows)
+               VALUES ($1, $2, $3, $4, $5, $6)""",
+            [(i, n, space_id, np.asarray(v, dtype=np.float32), len(v), model) for i, n, v in units])
 
     # --- claims ----------------------------------------------------------------------
 
