@@ -74,7 +74,8 @@ ACL_QUERIES = 50
 SERVICES = 100  # labelled set: planted facts, five questions each
 K = 10
 DIM = 384
-HNSW_INDEXES = ("claims_hnsw_384", "chunks_hnsw_384", "facts_hnsw_384", "entities_profile_hnsw_384")
+HNSW_INDEXES = ("claims_hnsw_384", "chunks_hnsw_384", "chunk_units_hnsw_384", "facts_hnsw_384",
+                "entities_profile_hnsw_384")
 PREDICATES = ("owns", "maintains", "reviews", "approves", "funds", "migrates", "audits", "designs", "leads",
               "supports", "tests", "deploys")
 FIRST_NAMES = ("Dana", "Ravi", "Mina", "Omar", "Lena", "Kofi", "Ines", "Tomas", "Yuki", "Sara", "Jonas", "Amara",
@@ -469,6 +470,10 @@ async def load(conn: asyncpg.Connection, corpus: Corpus, analyse: Analyser, mode
         await copy(conn, "chunks", ("chunk_id", "space_id", "doc_id", "version_id", "representation_id", "ordinal",
                                     "block_start", "block_end", "char_start", "char_end", "token_count", "chunk_text",
                                     "content_hash", "embedding", "embedding_dim", "embedding_model"), chunk_rows)
+        # A generated chunk is one unit: its vector is its unit's (the semantic chunk leg searches units).
+        await conn.execute("INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim, "
+                           "embedding_model) SELECT chunk_id, 0, space_id, embedding, embedding_dim, embedding_model "
+                           "FROM chunks WHERE space_id = $1", space)
         await copy(conn, "claims", ("claim_id", "space_id", "doc_id", "version_id", "representation_id", "chunk_id",
                                     "ordinal", "claim_text", "source_span", "char_start", "char_end",
                                     "extractor_version", "asserted_at", "embedding", "embedding_dim",

@@ -23,9 +23,9 @@ from services.pipeline.domain.grounding import ground
 from services.pipeline.domain.structure import (
     build_sections,
     chunk,
+    embedding_inputs,
     normalized_hash,
     parse_blocks,
-    retrieval_text,
     reuse_plan,
 )
 from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
@@ -151,18 +151,21 @@ class Stages:
         pending = await self.store.unembedded(table, source.version_id)
         fixed = await self.store.space_model(source.space_id)
         self._check_model(fixed)
-        vectors: list[tuple[uuid.UUID, list[float]]] = []
-        for start in range(0, len(pending), self.embed_batch_size):
-            batch = pending[start:start + self.embed_batch_size]
-            texts = [retrieval_text(text) if table == "chunks" else text for _, text in batch]
-            embedded = await self._call_embeddings(unit, source, texts)
-            vectors.extend(zip((i for i, _ in batch), embedded, strict=True))
+        owned = [item for i, text in pending for item in embedding_inputs(table, i, text)]
+        embedded: list[list[float]] = []
+        for start in range(0, len(owned), self.embed_batch_size):
+            texts = [text for _, _, text in owned[start:start + self.embed_batch_size]]
+            embedded.extend(await self._call_embeddings(unit, source, texts))
+        vectors = [(i, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is None]
+        units = [(i, part, v) for (i, part, _), v in zip(owned, embedded, strict=True) if part is not None]
 
         async def write(conn: Any) -> None:
             if vectors:
                 self._check_model(await self.store.fix_space_model(conn, source.space_id, self.embeddings.model,
                                                                    self.embeddings.dimension))
                 await self.store.save_vectors(conn, table, vectors, self.embeddings.model)
+                if table == "chunks":
+                    await self.store.save_units(conn, source.space_id, units, self.embeddings.model)
 
         return Done(write)
 

@@ -162,6 +162,13 @@ def test_editing_one_paragraph_of_a_living_document_reextracts_only_it(stack: Pi
     assert any("Dana owns the exporter module number 23" in r[0] for r in v2_claims)
     assert sum(1 for r in v2_claims if r[1] == "reused") == 49
     assert sum(1 for r in v2_claims if r[1] == "extracted") == 1
+    # Every chunk of v2 has its unit vectors; a reused chunk keeps its predecessor's.
+    chunks = stack.sql("""SELECT c.reused_from IS NOT NULL AS reused,
+                                 (SELECT count(*) FROM chunk_units u WHERE u.chunk_id = c.chunk_id) AS n,
+                                 (SELECT count(*) FROM chunk_units u WHERE u.chunk_id = c.reused_from) AS old
+                            FROM chunks c WHERE c.version_id = $1""", uuid.UUID(v2.version_id))
+    assert chunks and all(r["n"] > 0 for r in chunks) and any(r["reused"] for r in chunks)
+    assert all(r["n"] == r["old"] for r in chunks if r["reused"])
 
 
 def _docx(path: Path) -> bytes:

@@ -102,21 +102,33 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                           AND c.embedding_dim = 384 AND {db.CLAIM_VISIBLE}
                         ORDER BY c.embedding <=> $3 LIMIT 10""", space, sorted(principals),
                     np.asarray(vector, dtype="float32"))
-                # Claims with the same text tie; any of the tied rows is a right answer.
-                cutoff = oracle[-1]["distance"] + 1e-6 if oracle else 0.0
-                # Both plans: the exact scan (this space is small) and the restricted HNSW walk.
-                for exact_max, plan in ((None, "exact"), (0, "hnsw")):
-                    saved = db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX
-                    if exact_max is not None:
-                        db.EXACT_SCAN_MAX = db.RESTRICTED_EXACT_SCAN_MAX = exact_max
-                    try:
-                        async with conn.transaction():
-                            found = await retrieval.legs.semantic(conn, "claim", caller, vector, 10)
-                    finally:
-                        db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX = saved
-                    assert retrieval.legs.plans[-1] == plan
-                    assert len(found) == len(oracle), plan
-                    assert all(1 - score <= cutoff for _, score in found), plan  # recall 1.0 up to ties
+                # The semantic chunk leg searches unit vectors: a unit is visible exactly when its
+                # chunk is; a chunk scores by its best unit and its whole text (the exact oracle).
+                chunk_oracle = await conn.fetch(
+                    f"""SELECT c.chunk_id, (min(u.embedding <=> $3) + min(c.embedding <=> $3)) / 2 AS distance
+                          FROM chunk_units u JOIN chunks c ON c.chunk_id = u.chunk_id
+                         WHERE c.space_id = $1 AND {db.CLAIM_VISIBLE}
+                         GROUP BY c.chunk_id ORDER BY 2 LIMIT 10""", space, sorted(principals),
+                    np.asarray(vector, dtype="float32"))
+                chunk_docs = dict(await conn.fetch("SELECT chunk_id, doc_id FROM chunks"))
+                for kind, expected in (("claim", oracle), ("chunk", chunk_oracle)):
+                    # Rows with the same text tie; any of the tied rows is a right answer.
+                    cutoff = expected[-1]["distance"] + 1e-6 if expected else 0.0
+                    # Both plans: the exact scan (this space is small) and the restricted HNSW walk.
+                    for exact_max, plan in ((None, "exact"), (0, "hnsw")):
+                        saved = db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX
+                        if exact_max is not None:
+                            db.EXACT_SCAN_MAX = db.RESTRICTED_EXACT_SCAN_MAX = exact_max
+                        try:
+                            async with conn.transaction():
+                                found = await retrieval.legs.semantic(conn, kind, caller, vector, 10)
+                        finally:
+                            db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX = saved
+                        assert retrieval.legs.plans[-1] == plan
+                        assert len(found) == len(expected), (kind, plan)
+                        assert all(1 - score <= cutoff for _, score in found), (kind, plan)  # recall 1.0 up to ties
+                        if kind == "chunk":
+                            assert all(chunk_docs[i] in visible_docs for i, _ in found), (plan, principals)
     finally:
         await database.close()
 

@@ -15,15 +15,17 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench import labelled, quality
 from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
-from services.pipeline.domain.structure import retrieval_text
+from services.pipeline.domain.structure import retrieval_text, retrieval_units
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
+from services.retrieval import adapters
 from services.retrieval.app import Retrieval
 from services.retrieval.domain import turn_spans
 from services.retrieval.primitives import Primitives
@@ -211,6 +213,102 @@ def test_questions_of_nothing_but_scaffolding_are_answered_not_refused_or_scanne
         assert env.evidence or env.chunks or env.negative.explanation
 
 
+def test_each_turn_and_block_of_a_chunk_has_its_own_vector(ingested) -> None:
+    dsn, _, docs = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            rows = await db.fetch("SELECT chunk_id, doc_id, chunk_text, embedding FROM chunks "
+                                  "WHERE embedding IS NOT NULL")
+            units: dict[uuid.UUID, list[tuple[int, list[float]]]] = {}
+            for u in await db.fetch("SELECT chunk_id, ordinal, embedding FROM chunk_units ORDER BY ordinal"):
+                units.setdefault(u["chunk_id"], []).append((u["ordinal"], u["embedding"].to_list()))
+            assert set(units) == {r["chunk_id"] for r in rows}
+            assert {docs[r["doc_id"]].kind for r in rows} == {"conversation", "document"}
+            for r in rows:
+                texts = retrieval_units(r["chunk_text"])
+                assert [n for n, _ in units[r["chunk_id"]]] == list(range(len(texts)))
+                vectors = await HashEmbeddings().embed(texts)
+                assert np.allclose([v for _, v in units[r["chunk_id"]]], vectors, atol=1e-5)
+                whole = await HashEmbeddings().embed([retrieval_text(r["chunk_text"])])
+                assert np.allclose(r["embedding"].to_list(), whole[0], atol=1e-5)  # and the whole text its own
+            conversation = [r for r in rows if docs[r["doc_id"]].kind == "conversation"]
+            assert sum(len(units[r["chunk_id"]]) for r in conversation) > 2 * len(conversation)  # several turns a chunk
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
+def test_the_semantic_chunk_leg_ranks_a_chunk_by_its_best_unit(ingested) -> None:
+    dsn, _, _ = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            retrieval = Retrieval(db, HashEmbeddings(), None)
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            rows = await db.fetch("SELECT chunk_id, chunk_text, embedding FROM chunks ORDER BY chunk_id")
+            probes = [(r, retrieval_units(r["chunk_text"])) for r in rows]
+            probes = [(r, max(units, key=len)) for r, units in probes if len(units) >= 3][:5]
+            assert probes
+            for row, said in probes:
+                # One turn or block of a many-unit chunk, asked word for word: that unit matches
+                # exactly, so the chunk scores the mean of 1 (its best unit) and its whole text's.
+                vector = (await HashEmbeddings().embed([said]))[0]
+                whole = float(np.dot(row["embedding"].to_list(), vector))
+                for exact_max, plan in ((None, "exact"), (0, "hnsw")):
+                    saved = adapters.EXACT_SCAN_MAX
+                    if exact_max is not None:
+                        adapters.EXACT_SCAN_MAX = exact_max
+                    try:
+                        async with retrieval.snapshot() as conn:
+                            found = await retrieval.legs.semantic(conn, "chunk", caller, vector, 10)
+                    finally:
+                        adapters.EXACT_SCAN_MAX = saved
+                    assert retrieval.legs.plans[-1] == plan
+                    assert len({i for i, _ in found}) == len(found)  # a chunk once, however many units match
+                    assert found[0][0] == row["chunk_id"], (plan, said, found[:3])
+                    assert found[0][1] == pytest.approx((1 + whole) / 2, abs=1e-4)
+                    assert found[0][1] > whole + 1e-3  # more than its whole text alone would score
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
+def test_unit_vectors_go_with_their_chunks(ingested) -> None:
+    dsn, _, _ = ingested
+
+    async def run() -> None:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            async with db.acquire() as conn:
+                tx = conn.transaction()
+                await tx.start()
+                try:  # a chunk written again (a re-run of the chunk stage deletes the old rows)
+                    chunk_id = uuid.uuid4()
+                    await conn.execute(
+                        """INSERT INTO chunks (chunk_id, space_id, doc_id, version_id, representation_id, ordinal,
+                                               block_start, block_end, char_start, char_end, token_count, chunk_text,
+                                               content_hash, embedding, embedding_dim, embedding_model)
+                           SELECT $1, space_id, doc_id, version_id, representation_id, 100000, block_start,
+                                  block_end, char_start, char_end, token_count, chunk_text, content_hash, embedding,
+                                  embedding_dim, embedding_model FROM chunks WHERE embedding IS NOT NULL LIMIT 1""",
+                        chunk_id)
+                    await conn.execute(
+                        """INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim,
+                                                    embedding_model)
+                           SELECT chunk_id, 0, space_id, embedding, embedding_dim, embedding_model FROM chunks
+                            WHERE chunk_id = $1""", chunk_id)
+                    await conn.execute("DELETE FROM chunks WHERE chunk_id = $1", chunk_id)
+                    assert await conn.fetchval("SELECT count(*) FROM chunk_units WHERE chunk_id = $1", chunk_id) == 0
+                finally:
+                    await tx.rollback()
+        finally:
+            await db.close()
+    asyncio.run(run())
+
+
 def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None:
     # Runs last in this module: it changes the space's model.
     dsn, _, _ = ingested
@@ -237,9 +335,15 @@ def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None
                                       ("facts", "embedding_model"), ("entities", "profile_model")):
                     models = await conn.fetch(f"SELECT DISTINCT {column} FROM {table} WHERE {column} IS NOT NULL")
                     assert [r[0] for r in models] == [new.model], table
+                units = await conn.fetchrow("SELECT count(*) AS n, array_agg(DISTINCT embedding_model) AS models, "
+                                            "array_agg(DISTINCT embedding_dim) AS dims FROM chunk_units")
+                assert (units["n"], units["models"], units["dims"]) == (summary["reembedded"]["chunk_units"],
+                                                                       [new.model], [256])
+                text = await conn.fetchval("SELECT chunk_text FROM chunks WHERE chunk_text LIKE '%Faria Logistics%'")
             fresh = Retrieval(db, new, None)
-            env = await Primitives(fresh).search(caller, "chunk", query, 10, "semantic")
-            assert env.chunks and "Faria Logistics" in "".join(c.chunk_text for c in env.chunks)
+            said = next(u for u in retrieval_units(text) if "Faria Logistics" in u)
+            env = await Primitives(fresh).search(caller, "chunk", said, 10, "semantic")
+            assert env.chunks and "Faria Logistics" in env.chunks[0].chunk_text  # the new units answer
             async with db.acquire() as conn:
                 await conn.execute("INSERT INTO work_units (space_id, version_id, stage, unit_key, "
                                    "component_version) SELECT $1, version_id, 'embed_chunk', 'x', 'embed_chunk/1' "

@@ -177,9 +177,11 @@ def test_the_re_keying_migration_applies_to_a_populated_database(pg, processed: 
     async def load_and_migrate() -> None:
         src, dst = await asyncpg.connect(processed), await asyncpg.connect(old)
         try:
-            names = [r["relname"] for r in await src.fetch(
-                "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' "
-                "AND relname <> 'schema_migrations' ORDER BY 1")]
+            tables = ("SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' "
+                      "AND relname <> 'schema_migrations' ORDER BY 1")
+            # the tables the database had before 0009 (later migrations add their own, empty)
+            known = {r["relname"] for r in await dst.fetch(tables)}
+            names = [r["relname"] for r in await src.fetch(tables) if r["relname"] in known]
             counts = {t: await src.fetchval(f'SELECT count(*) FROM "{t}"') for t in names}  # noqa: S608
             await dst.execute("SET session_replication_role = replica")  # rows as they are: no triggers
             await dst.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in names))

@@ -3,9 +3,10 @@
 A space's vectors all come from one model (``space_embedding_models``); the pipeline
 refuses to add vectors of another, and retrieval never compares a query with vectors of
 another model. Changing the model is therefore this guided step: every vector of the
-space (passages, claims, facts, entity profiles) is recomputed with the configured
-provider, and the rows and the space's model switch in one transaction, so a reader sees
-either the old model everywhere or the new one everywhere, never a mix.
+space (passages and their turns or blocks, claims, facts, entity profiles) is recomputed
+with the configured provider, and the rows and the space's model switch in one
+transaction, so a reader sees either the old model everywhere or the new one everywhere,
+never a mix.
 
 Run it while no embedding work is pending or running for the space (it refuses
 otherwise): rows written by an embed stage running meanwhile would keep the old model.
@@ -21,7 +22,8 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.pipeline.domain.structure import retrieval_text
+from services.pipeline.adapters.store import PgStageStore
+from services.pipeline.domain.structure import embedding_inputs
 
 EMBED_STAGES = ("embed_chunk", "embed_claim", "label_relation", "reconcile")
 
@@ -59,22 +61,25 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
                              "pipeline finish (testament ops inspect), then run reembed again")
     previous = await conn.fetchval("SELECT model FROM space_embedding_models WHERE space_id = $1", space_id)
     computed: dict[str, list[tuple[Any, np.ndarray]]] = {}
+    units: list[tuple[Any, int, list[float]]] = []
     dimension = None
     for table in TABLES:
         rows = await conn.fetch(
             f"SELECT {table.key} AS id, {table.text} AS text FROM {table.name} "
             f"WHERE space_id = $1 AND {table.text} IS NOT NULL ORDER BY {table.key}", space_id)
-        texts = [retrieval_text(r["text"]) if table.name == "chunks" else r["text"] for r in rows]
+        owned = [item for r in rows for item in embedding_inputs(table.name, r["id"], r["text"])]
         vectors: list[list[float]] = []
-        for start in range(0, len(texts), batch):
-            vectors.extend(await embed(texts[start:start + batch]))
+        for start in range(0, len(owned), batch):
+            vectors.extend(await embed([text for _, _, text in owned[start:start + batch]]))
             if progress is not None:
-                progress(table.name, min(start + batch, len(texts)))
+                progress(table.name, min(start + batch, len(owned)))
         if vectors:
             dimension = len(vectors[0])
-        computed[table.name] = [(r["id"], np.asarray(v, dtype=np.float32)) for r, v in zip(rows, vectors,
-                                                                                            strict=True)]
+        embedded = list(zip(owned, vectors, strict=True))
+        computed[table.name] = [(i, np.asarray(v, dtype=np.float32)) for (i, part, _), v in embedded if part is None]
+        units.extend((i, part, v) for (i, part, _), v in embedded if part is not None)
     counts = {name: len(items) for name, items in computed.items()}
+    counts["chunk_units"] = len(units)
     if dimension is None:
         return {"space_id": str(space_id), "previous_model": previous, "model": model, "reembedded": counts}
     async with conn.transaction():
@@ -82,6 +87,7 @@ async def reembed_space(conn: asyncpg.Connection, space_id: uuid.UUID, embed: Ca
             await conn.executemany(
                 f"UPDATE {table.name} SET {table.vector} = $2, {table.dim} = $3, {table.model} = $4 "
                 f"WHERE {table.key} = $1", [(i, v, dimension, model) for i, v in computed[table.name]])
+        await PgStageStore.save_units(conn, space_id, units, model)
         await conn.execute(
             """INSERT INTO space_embedding_models (space_id, model, dimension) VALUES ($1, $2, $3)
                ON CONFLICT (space_id) DO UPDATE SET model = EXCLUDED.model, dimension = EXCLUDED.dimension""",

@@ -190,6 +190,11 @@ class PgStageStore:
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)""",
             rows,
         )
+        await conn.execute(  # a reused chunk keeps its unit vectors with its own
+            """INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim, embedding_model)
+               SELECT c.chunk_id, u.ordinal, c.space_id, u.embedding, u.embedding_dim, u.embedding_model
+                 FROM chunks c JOIN chunk_units u ON u.chunk_id = c.reused_from AND u.space_id = c.space_id
+                WHERE c.version_id = $1 AND c.embedding IS NOT NULL""", source.version_id)
         await index_text(conn, source.space_id, "chunk", [(r[0], source.doc_id, retrieval_text(r[12])) for r in rows])
 
     async def chunk(self, version_id: uuid.UUID, ordinal: int) -> ChunkRow | None:
@@ -231,6 +236,19 @@ class PgStageStore:
             f"UPDATE {table} SET embedding = $2, embedding_dim = $3, embedding_model = $4 WHERE {key} = $1",
             [(i, np.asarray(v, dtype=np.float32), len(v), model) for i, v in vectors],
         )
+
+    @staticmethod
+    async def save_units(conn: asyncpg.Connection, space_id: uuid.UUID,
+                         units: Sequence[tuple[uuid.UUID, int, list[float]]], model: str) -> None:
+        """The unit vectors of chunks, (chunk_id, ordinal, vector), replacing any they had."""
+        import numpy as np
+
+        await conn.execute("DELETE FROM chunk_units WHERE space_id = $1 AND chunk_id = ANY($2::uuid[])",
+                           space_id, list({i for i, _, _ in units}))
+        await conn.executemany(
+            """INSERT INTO chunk_units (chunk_id, ordinal, space_id, embedding, embedding_dim, embedding_model)
+               VALUES ($1, $2, $3, $4, $5, $6)""",
+            [(i, n, space_id, np.asarray(v, dtype=np.float32), len(v), model) for i, n, v in units])
 
     # --- claims ----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Literal, TypeVar
 
 __all__ = [
     "Block",
@@ -38,16 +38,19 @@ __all__ = [
     "chunk",
     "content_start",
     "default_token_count",
+    "embedding_inputs",
     "heading_span",
     "normalize_title",
     "normalized_hash",
     "parse_blocks",
     "retrieval_text",
+    "retrieval_units",
     "reuse_plan",
     "title_role",
     "turn_spans",
 ]
 
+K = TypeVar("K")
 BlockKind = Literal["heading", "paragraph", "list_item", "table_row", "code", "quote", "speaker_turn"]
 SectionRole = Literal[
     "body",
@@ -872,6 +875,23 @@ def reuse_plan(old_chunks: Sequence[tuple[str, str]], new_chunks: Sequence[Chunk
 # --------------------------------------------------------------------------- retrieval text
 
 
+def _search_blocks(text: str) -> list[tuple[Block, str]]:
+    """The blocks of a chunk as search sees them (see ``retrieval_text``)."""
+    blocks = parse_blocks(text)
+    turns = any(b.kind == "speaker_turn" for b in blocks)
+    parts: list[tuple[Block, str]] = []
+    for block in blocks:
+        if turns and block.kind == "speaker_turn":
+            m = _BRACKET_TURN_RE.match(block.text.split("\n", 1)[0])
+            if m is not None:
+                parts.append((block, block.text[m.start("speaker"):]))
+                continue
+        elif turns and block.kind == "paragraph" and _participants(_line_of(block.text)):
+            continue
+        parts.append((block, block.text))
+    return parts
+
+
 def retrieval_text(text: str) -> str:
     """What search indexes and embeds for a chunk: its text with the conversation scaffolding
     thinned out, so that what was said decides a match, not who was present.
@@ -882,21 +902,27 @@ def retrieval_text(text: str) -> str:
     any question naming a speaker). Any other block is kept as it is. The stored chunk text
     and its offsets are untouched: this only shapes the search representation.
     """
-    blocks = parse_blocks(text)
-    if not any(b.kind == "speaker_turn" for b in blocks):
+    parts = _search_blocks(text)
+    if not any(b.kind == "speaker_turn" for b, _ in parts):
         return text
-    parts: list[str] = []
-    for block in blocks:
-        if block.kind == "speaker_turn":
-            m = _BRACKET_TURN_RE.match(block.text.split("\n", 1)[0])
-            if m is not None:
-                spoken = block.text[m.start("speaker"):]
-                parts.append(spoken)
-                continue
-        elif block.kind == "paragraph" and _participants(_line_of(block.text)):
-            continue
-        parts.append(block.text)
-    return "\n\n".join(parts)
+    return "\n\n".join(part for _, part in parts)
+
+
+def retrieval_units(text: str) -> list[str]:
+    """The retrieval units of a chunk, each embedded on its own: a conversation turn as
+    ``Speaker: words``, a document block (paragraph, list item, table row, …) as it is;
+    headings are not units. A chunk of headings alone is one unit, its retrieval text."""
+    units = [part for block, part in _search_blocks(text) if block.kind != "heading" and part.strip()]
+    return units or [retrieval_text(text)]
+
+
+def embedding_inputs(table: str, owner: K, text: str) -> list[tuple[K, int | None, str]]:
+    """What is embedded for a row: ``(owner, None, text)`` for the row itself and, for a chunk,
+    ``(owner, n, unit)`` for each of its retrieval units. A chunk is searched by both its
+    whole text and its best unit (the semantic chunk leg in services/retrieval/adapters.py)."""
+    if table != "chunks":
+        return [(owner, None, text)]
+    return [(owner, None, retrieval_text(text)), *((owner, n, u) for n, u in enumerate(retrieval_units(text)))]
 
 
 def _line_of(text: str) -> _Line:

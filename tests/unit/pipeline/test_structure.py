@@ -16,10 +16,12 @@ from services.pipeline.domain.structure import (
     build_sections,
     chunk,
     default_token_count,
+    embedding_inputs,
     normalize_title,
     normalized_hash,
     parse_blocks,
     retrieval_text,
+    retrieval_units,
     reuse_plan,
 )
 
@@ -490,3 +492,20 @@ def test_retrieval_text_keeps_what_was_said_and_drops_the_scaffolding() -> None:
     assert text.startswith("# Bakery chat")
     plain = "# Notes\n\nRavi owns the invoice exporter.\n"
     assert retrieval_text(plain) == plain  # documents that are not conversations are untouched
+
+
+def test_retrieval_units_are_the_turns_and_blocks_a_chunk_holds() -> None:
+    assert retrieval_units(_session("Bakery chat", ("Grace", "Mateo"), 2)) == [
+        "Mateo: line 1 about topic 7.", "Grace: line 2 about topic 14."]  # no header, id, clock or roster
+    document = "# Notes\n\nRavi owns the exporter.\n\n- Dana reviews it\n- Mira ships it\n\n| who | what |\n|---|---|\n"
+    assert retrieval_units(document) == ["Ravi owns the exporter.", "- Dana reviews it", "- Mira ships it",
+                                         "| who | what |"]
+    assert retrieval_units("# A heading alone\n") == ["# A heading alone\n"]  # still one unit, never none
+
+
+def test_a_chunk_is_embedded_whole_and_unit_by_unit() -> None:
+    text = _session("Bakery chat", ("Grace", "Mateo"), 2)
+    assert embedding_inputs("chunks", "c", text) == [("c", None, retrieval_text(text)),
+                                                     ("c", 0, "Mateo: line 1 about topic 7."),
+                                                     ("c", 1, "Grace: line 2 about topic 14.")]
+    assert embedding_inputs("claims", "k", "Ravi owns it.") == [("k", None, "Ravi owns it.")]
