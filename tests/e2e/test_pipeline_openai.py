@@ -91,10 +91,11 @@ def test_an_extractor_upgrade_that_loses_a_claim_withdraws_the_fact(pg, tmp_path
                 assert stack.wait(version.version_id).ready
             # The extractor is upgraded (another model); its reading no longer derives Dana's claim.
             fake.reply_with({**both, "claims": both["claims"][:1]}, relations_reply())
-            with run_service("pipeline", dsn, tmp_path, **env, TESTAMENT_OPENAI_CHAT_MODEL="better-model"):
+            with run_service("pipeline", dsn, tmp_path, **env, TESTAMENT_OPENAI_CHAT_MODEL="better-model") as upgraded:
+                # `testament ops` calls PipelineService; here straight at the upgraded process
                 result = subprocess.run([sys.executable, "-m", "services.cli", "ops", "reextract",
-                                         version.version_id], cwd=REPO, env=service_env(dsn), capture_output=True,
-                                        text=True, timeout=60)
+                                         version.version_id, "--grpc-addr", upgraded.address], cwd=REPO,
+                                        env=service_env(dsn), capture_output=True, text=True, timeout=60)
                 assert result.returncode == 0, result.stderr
                 import time
 
