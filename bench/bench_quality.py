@@ -9,6 +9,9 @@ of each search channel alone, of ``claims_and_sources_context``, ``facts_context
 ``combined_context`` (the use cases called in-process on the stack's database), and of
 two baselines outside Testament over the raw units: Okapi BM25 and dense retrieval with
 the same embedder. Set ``TESTAMENT_EMBEDDING_PROVIDER`` to compare embedders.
+
+The blind set (tests/data/retrieval_blind), written by someone who never saw the code or
+the labelled set, is ingested into a stack of its own and scored apart the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from bench import labelled, quality
 from bench._common import Row, percentiles, running_stack
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
-from services.platform.embeddings import provider_from_settings
+from services.platform.embeddings import EmbeddingProvider, provider_from_settings
 from services.platform.settings import load_settings
 from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
@@ -98,6 +101,70 @@ async def ingest(stack_ingest_port: int, dsn: str, sets: list[labelled.LabelledS
     return mapped, wall, conversation_bytes
 
 
+Rankings = dict[str, dict[str, list[str]]]  # system -> question id -> unit ids, best first
+
+
+async def _rankings(dsn: str, embedder: EmbeddingProvider, sets: list[labelled.LabelledSet],
+                    docs: dict[uuid.UUID, labelled.Document]) -> tuple[list[labelled.Unit], Rankings]:
+    """Every system's ranking of every question of ``sets`` (already ingested as ``docs``):
+    the two baselines over the raw units, each channel, each assured operation, and the
+    evidence operation without its second fusion stage."""
+    questions = [q for s in sets for q in s.questions]
+    units = quality.all_units(sets)
+    bm25 = quality.OkapiBM25(units)
+    dense = quality.DenseBaseline(units, await embedder.embed([u.body for u in units]))
+    qvectors = await embedder.embed([q.text for q in questions])
+    baselines: Rankings = {"baseline: Okapi BM25, raw units": {}, "baseline: dense, raw units": {}}
+    for q, v in zip(questions, qvectors, strict=True):
+        baselines["baseline: Okapi BM25, raw units"][q.qid] = bm25.rank(q.text)
+        baselines["baseline: dense, raw units"][q.qid] = dense.rank(v)
+    db = await Database.connect(dsn, min_size=1, max_size=4)
+    try:
+        retrieval = Retrieval(db, embedder, None)
+        caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+        started = time.perf_counter()
+        systems = await quality.testament_rankings(retrieval, Primitives(retrieval), caller, questions,
+                                                   quality.UnitMap(docs))
+        # The same operation without the second fusion stage, for the same-run comparison.
+        first = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, dense=0.0,
+                                                                          coverage=0.0))
+        systems[FIRST_STAGE] = (await quality.testament_rankings(
+            first, Primitives(first), caller, questions, quality.UnitMap(docs),
+            operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
+        log(f"asked {len(questions)} questions of every system in {time.perf_counter() - started:.1f} s")
+    finally:
+        await db.close()
+    return units, {**baselines, **systems}
+
+
+def _ratio_rows(title: str, questions: list[labelled.Question], results: dict) -> list[Row]:  # type: ignore[type-arg]
+    bm25_r10 = results["baseline: Okapi BM25, raw units"]["all"].recall[10]
+    dense_r10 = results["baseline: dense, raw units"]["all"].recall[10]
+    rows = []
+    for name in ("claims_and_sources_context", "combined_context", "facts_context"):
+        r10 = results[name]["all"].recall[10]
+        rows.append(Row("quality", f"{name} recall@10{title}", len(questions), 0.0, 0.0,
+                        extra=f"{r10:.3f} = {r10 / bm25_r10:.2f}x BM25 baseline ({bm25_r10:.3f}), "
+                              f"dense baseline {dense_r10:.3f} {r10 - dense_r10:+.3f}"))
+    return rows
+
+
+async def _blind(embedder: EmbeddingProvider) -> list[Row]:
+    """The blind set (tests/data/retrieval_blind): written by someone who never saw the code
+    or the labelled set; its own stack and space, scored apart, never tuned on."""
+    sets = labelled.load(directory=labelled.BLIND_DIR)
+    questions = [q for s in sets for q in s.questions]
+    async with running_stack() as (stack, _port):
+        assert stack.dsn is not None
+        ingest_proc = next(c for c in stack.children if c.name == "ingest")
+        docs, _wall, _ = await ingest(ingest_proc.port, stack.dsn, sets)
+        units, rankings = await _rankings(stack.dsn, embedder, sets, docs)
+    results = {name: quality.summarise(questions, r) for name, r in rankings.items()}
+    print(quality.table(f"evidence recall on the BLIND set ({embedder.model}, {len(questions)} questions, "
+                        f"{len(units)} units)", results), flush=True)
+    return _ratio_rows(", blind set", questions, results)
+
+
 async def run() -> list[Row]:
     sets = labelled.load()
     questions = [q for s in sets for q in s.questions]
@@ -117,47 +184,16 @@ async def run() -> list[Row]:
                               f"({conv_bytes / 1024:.0f} KB of conversations)"))
         log(f"ingested in {wall:.1f} s")
 
-        units = quality.all_units(sets)
-        bm25 = quality.OkapiBM25(units)
-        dense = quality.DenseBaseline(units, await embedder.embed([u.body for u in units]))
-        qvectors = await embedder.embed([q.text for q in questions])
-        baselines: dict[str, dict[str, list[str]]] = {"baseline: Okapi BM25, raw units": {},
-                                                      "baseline: dense, raw units": {}}
-        for q, v in zip(questions, qvectors, strict=True):
-            baselines["baseline: Okapi BM25, raw units"][q.qid] = bm25.rank(q.text)
-            baselines["baseline: dense, raw units"][q.qid] = dense.rank(v)
-
-        db = await Database.connect(stack.dsn, min_size=1, max_size=4)
-        try:
-            retrieval = Retrieval(db, embedder, None)
-            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
-            started = time.perf_counter()
-            systems = await quality.testament_rankings(retrieval, Primitives(retrieval), caller, questions,
-                                                       quality.UnitMap(docs))
-            # The same operation without the second fusion stage, for the same-run comparison.
-            first = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, dense=0.0,
-                                                                              coverage=0.0))
-            systems[FIRST_STAGE] = (await quality.testament_rankings(
-                first, Primitives(first), caller, questions, quality.UnitMap(docs),
-                operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
-            log(f"asked {len(questions)} questions of every system in {time.perf_counter() - started:.1f} s")
-        finally:
-            await db.close()
-        results = {name: quality.summarise(questions, r) for name, r in {**baselines, **systems}.items()}
+        units, rankings = await _rankings(stack.dsn, embedder, sets, docs)
+        results = {name: quality.summarise(questions, r) for name, r in rankings.items()}
         print(quality.table(f"evidence recall on the labelled set ({embedder.model}, {len(questions)} questions, "
                             f"{len(units)} units)", results), flush=True)
         for half, name in ((0, "even"), (1, "odd")):  # weights were chosen on the even half
             part = questions[half::2]
             print(quality.table(f"{name}-numbered questions ({len(part)})", {
-                system: quality.summarise(part, ranked) for system, ranked in {**baselines, **systems}.items()
+                system: quality.summarise(part, ranked) for system, ranked in rankings.items()
                 if system in HALVES}), flush=True)
-        bm25_r10 = results["baseline: Okapi BM25, raw units"]["all"].recall[10]  # type: ignore[index]
-        dense_r10 = results["baseline: dense, raw units"]["all"].recall[10]  # type: ignore[index]
-        for name in ("claims_and_sources_context", "combined_context", "facts_context"):
-            r10 = results[name]["all"].recall[10]  # type: ignore[index]
-            rows.append(Row("quality", f"{name} recall@10", len(questions), 0.0, 0.0,
-                            extra=f"{r10:.3f} = {r10 / bm25_r10:.2f}x BM25 baseline ({bm25_r10:.3f}), "
-                                  f"dense baseline {dense_r10:.3f} {r10 - dense_r10:+.3f}"))
+        rows.extend(_ratio_rows("", questions, results))
 
         rows.append(await _gateway_latency(port, questions, len(units)))
 
@@ -173,6 +209,7 @@ async def run() -> list[Row]:
                         wall * 1000 / len(extra), wall * 1000 / len(extra),
                         extra=f"{size / 1024 / wall * 60:,.0f} KB/min ({size / 1024:.0f} KB)"))
         rows.append(await _gateway_latency(port, questions, turns))
+    rows.extend(await _blind(embedder))
     if not embedder.model.startswith("hash-"):
         rows.append(await _hash_ingest_baseline(sets, rows[0]))
     return rows

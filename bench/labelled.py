@@ -18,6 +18,7 @@ from pathlib import Path
 from services.pipeline.domain.structure import parse_blocks
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "retrieval"
+BLIND_DIR = DATA_DIR.with_name("retrieval_blind")  # scored apart, never tuned on
 KINDS = ("single", "multi", "temporal", "open", "adversarial")
 TURN_STEP_S = 97
 
@@ -173,8 +174,8 @@ def parse_set(name: str, source: str) -> LabelledSet:
     return LabelledSet(name, documents, questions)
 
 
-def load(names: list[str] | None = None) -> list[LabelledSet]:
-    paths = sorted(DATA_DIR.glob("*.txt"))
+def load(names: list[str] | None = None, directory: Path = DATA_DIR) -> list[LabelledSet]:
+    paths = sorted(directory.glob("*.txt"))
     return [parse_set(p.stem, p.read_text(encoding="utf-8")) for p in paths if names is None or p.stem in names]
 
 

@@ -37,7 +37,10 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 
 # F1 and windows floors per held-out group, a little under what the extractor scores now
 # (batch 3 scored F1 0.70 / windows 0.69 when it was written, before any change for it).
-HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.75, 0.75)}
+# Batch 4 was written blind (its writer never saw the extractor) and scored F1 0.62 /
+# windows 0.47 when it was added: the figure for text nobody here wrote.
+HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.75, 0.75), "batch 4": (0.58, 0.42)}
+HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}}
 
 
 @pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
@@ -45,7 +48,7 @@ async def test_the_held_out_batches_score_apart_and_do_not_regress(group: str) -
     """The held-out batches are not asserted scenario by scenario (that would make them a tuning
     set); their totals must not fall below what the extractor scored when last looked at."""
     assert not {s.id for s in HELDOUT_SCENARIOS} & {s.id for s in SCENARIOS}
-    scenarios = [s for s in HELDOUT_SCENARIOS if (s.batch >= 3) == (group == "batch 3")]
+    scenarios = [s for s in HELDOUT_SCENARIOS if s.batch in HELDOUT_BATCHES[group]]
     assert len(scenarios) >= 20
     total = Score()
     for scenario in scenarios:
