@@ -195,7 +195,8 @@ def test_a_folder_goes_in_with_every_outcome_reported_and_a_rerun_sends_nothing_
                               "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(4)
     first.send_signal(signal.SIGINT)
-    first.wait(60)
+    # read both pipes while waiting: with ~75 KB of outcomes a bare wait() deadlocks on a full pipe
+    first.communicate(timeout=60)
     # ... and run again: what already went in is unchanged, the rest is created, nothing twice
     again = cli(base, "ingest", str(folder), "--exclude", "*.tmp", "--json")
     assert again.returncode == 0, again.stderr
