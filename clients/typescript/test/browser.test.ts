@@ -80,7 +80,8 @@ test("the web SDK works in headless Chromium: unary JSON and binary, a server st
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     `--user-data-dir=${profile}`, pageUrl,
-  ], { stdio: "ignore" });
+  ], { stdio: "ignore", detached: true }); // its own process group: the renderers die with it
+  const exited = new Promise((done) => browser.once("exit", done));
   let timer: NodeJS.Timeout | undefined;
   try {
     const raw = await Promise.race([
@@ -98,7 +99,14 @@ test("the web SDK works in headless Chromium: unary JSON and binary, a server st
     });
   } finally {
     clearTimeout(timer);
-    browser.kill("SIGKILL");
-    await rm(profile, { recursive: true, force: true });
+    // Kill the whole group and wait: a renderer still writing its profile makes rm fail
+    // with ENOTEMPTY (seen in a fresh clone's make test); rm retries what is left.
+    try {
+      process.kill(-browser.pid!, "SIGKILL");
+    } catch {
+      browser.kill("SIGKILL");
+    }
+    await exited;
+    await rm(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   }
 });
