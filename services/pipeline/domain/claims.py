@@ -150,6 +150,7 @@ _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu
                             r"|[Uu]ntil that (?:day|date))\b")
 
 
+_SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that\s+(?:same\s+)?)(?:day|date)\b")
 _POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
                                  r"|day)['’]s\b", re.IGNORECASE)
 
@@ -171,7 +172,7 @@ def _is_fragment(doc: object) -> bool:
 def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
     from services.pipeline.domain import nlp, reading
 
-    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True)
+    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True, comma_splices=True)
     nlp.prefetch(reading.prepared(d.claim_text) for d in drafts)
     kept: list[ClaimDraft] = []
     last_event: ClaimDraft | None = None
@@ -181,6 +182,19 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
             decisions.append(Decision("claimify_omitted", "no_predicate", draft.char_start, draft.char_end,
                                       draft.claim_text[:200]))
             continue
+        same = _SAME_DAY_RE.search(draft.claim_text)
+        if same is not None and draft.valid_precision == "unknown" and last_event is not None \
+                and last_event.valid_from is not None and last_event.valid_precision == "day":
+            # "he joined the risk team on the same day": the day of the event just told
+            day = last_event.valid_from.date()
+            text = draft.claim_text[:same.start()] + f"on {timeparse.render_day(day)}" + draft.claim_text[same.end():]
+            decisions.append(Decision("decontext_edit", "date_resolved", draft.char_start, draft.char_end,
+                                      f"{same.group()} -> {timeparse.render_day(day)} (the event just told)"))
+            draft = ClaimDraft(text, draft.source_span, draft.char_start, draft.char_end,
+                               (*draft.evidence_spans, EvidenceSpan(last_event.char_start, last_event.char_end)),
+                               draft.is_attributed, draft.attributed_to, _added_words(text, draft.source_span),
+                               "dynamic", last_event.valid_from, last_event.valid_until, "day", last_event.valid_kind,
+                               draft.kept_flagged)
         since = _SINCE_THEN_RE.search(draft.claim_text)
         until = _UNTIL_THEN_RE.search(draft.claim_text) if since is None else None
         if until is not None and draft.valid_precision == "unknown" and last_event is not None \
@@ -403,6 +417,7 @@ _ATTR_TRAILING_RE = re.compile(
 _BAD_CONTENT_START = frozenset("and or but to so about of for with in on at by as it's".split())
 
 _SEPARATOR_RE = re.compile(r"\s*;\s+|,?\s+(?:and|but)\s+")
+_COMMA_SEPARATOR_RE = re.compile(r"\s*;\s+|,?\s+(?:and|but)\s+|,\s+")
 _CONTRACTED_SUBJECT_RE = re.compile(r"^(?:I|[Ww]e|[Hh]e|[Ss]he|[Tt]hey|[Ii]t)['’](?:m|re|s|ve|ll)\s+\w")
 _LEADING_PRONOUN_RE = re.compile(r"^(I|We|we|He|he|She|she|They|they|It|it)(?![\w'’])")
 _LEADING_NP_RE = re.compile(
@@ -839,13 +854,16 @@ class _Context:
     speaker_prefix: bool = True
     # an unresolvable "we" (no participant list) stays "we" instead of omitting the statement
     keep_unresolved_we: bool = False
+    # "I report to Hamid, he runs the platform group": a comma before a clause with its own
+    # subject and verb separates two statements (the parse provider reads each on its own)
+    comma_splices: bool = False
 
     def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
         self.decisions.append(Decision(kind, reason, start, end, detail))
 
 
-def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
-                   keep_unresolved_we: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
+def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_unresolved_we: bool = False,
+                   comma_splices: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
     """Run the rules provider on one passage (synchronous core of :class:`RulesClaimProvider`)."""
     model = _parse_document(item.document)
     title = item.title
@@ -853,7 +871,7 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
     if model.first_heading is not None and (title is None or title.strip() == model.first_heading[0].strip()):
         title, title_span = model.first_heading
     ctx = _Context(item, model, title, title_span, speaker_prefix=speaker_prefix,
-                   keep_unresolved_we=keep_unresolved_we)
+                   keep_unresolved_we=keep_unresolved_we, comma_splices=comma_splices)
     passage_start = max(0, item.passage.char_start)
     passage_end = min(len(item.document), item.passage.char_end)
     for start, end in model.meta_spans:
@@ -1014,7 +1032,8 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
     cursor = 0
     pending_subject: tuple[str, tuple[int, int]] | None = None
     sentence_subject = _leading_subject(ctx, text, 0)
-    for match in _SEPARATOR_RE.finditer(text):
+    for match in (_COMMA_SEPARATOR_RE if ctx.comma_splices else _SEPARATOR_RE).finditer(text):
+        bare_comma = match.group().strip() == ","
         if match.start() < cursor or any(s <= match.start() < e for s, e in protected):
             continue
         if text.count("(", 0, match.start()) > text.count(")", 0, match.start()):
@@ -1028,6 +1047,9 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
         subject: tuple[str, tuple[int, int]] | None = None
         if ";" in match.group():
             if len(_tokens(right)) < 2:
+                continue
+        elif bare_comma:
+            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3:
                 continue
         elif _independent_clause(ctx, right):
             pass
@@ -1481,6 +1503,13 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     of them), so a pronoun resolves only when the text names exactly one person and nobody else is in play.
     """
     passage = ctx.item.passage
+    # "I report to Hamid Rahimi, he runs the platform group": a later clause's pronoun takes the
+    # one person its own sentence named before it
+    own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
+    if len(own) == 1 and position > sentence.start:
+        start, end, name = next(iter(own.values()))
+        if not sentence.unit.speaker or name.split()[0] != sentence.unit.speaker.split()[0]:
+            return name, (start, end)
     names: dict[str, tuple[str, tuple[int, int]]] = {}
     last: list[tuple[int, int, str]] = []
     last_sentence: _Sentence | None = None
@@ -1494,6 +1523,14 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
             last, last_sentence = mentions, other
         for start, end, name in mentions:
             names[name.split()[0]] = (name, (start, end))
+    if len(names) > 1 and last_sentence is not None and _QUESTION_END_RE.search(
+            ctx.model.text[last_sentence.start:last_sentence.end]):
+        # "is Marco leaving the company?" / "no, he joined the risk team": the answer's pronoun
+        # is the one person the question just asked about
+        asked = {m[2].split()[0]: m for m in last}
+        if len(asked) == 1:
+            start, end, name = next(iter(asked.values()))
+            return name, (start, end)
     if len(names) > 1 and last_sentence is not None:
         # several names ("Yuki Mori joined Brightwave …. She …"): a subject pronoun continues the
         # previous sentence's grammatical subject when that subject is one of them
