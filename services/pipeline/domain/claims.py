@@ -150,7 +150,7 @@ _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu
                             r"|[Uu]ntil that (?:day|date))\b")
 
 
-_SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that\s+(?:same\s+)?)(?:day|date)\b")
+_SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:day|date)\b")
 _POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
                                  r"|day)['’]s\b", re.IGNORECASE)
 
