@@ -409,6 +409,11 @@ def _without_prefix(text: str) -> tuple[str, bool]:
 _KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<value>[^:]*?\d[^:]*?)\s*[.;]?\s*$")
 
 
+_STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|from)\s+(?:on\s+)?"
+                           r"(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
+                           re.IGNORECASE)
+
+
 def is_key_value(text: str) -> bool:
     """"Authorisation rate: 94.1 percent": a named value written as a label and a number."""
     return _KEY_VALUE.match(text) is not None
@@ -422,6 +427,8 @@ def read(text: str) -> list[Reading]:
         return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
                       state=False)]
     corrected = _without_prefix(text)[1]
+    # "Starting 1 June, Carmen will manage the desk": a state with a stated start, not a plan
+    starts = bool(_STATED_START.match(_without_prefix(text)[0]))
     text = prepared(text)
     doc = nlp.parse(text)
     repaired = _verb_read_as_noun(text, doc)
@@ -471,6 +478,8 @@ def read(text: str) -> list[Reading]:
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
+            if starts and clause.modal == "will" and head is root:
+                clause.modal = None
             for reading in [*_read_clause(clause, sentence), *extra]:
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
