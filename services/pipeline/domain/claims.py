@@ -913,7 +913,22 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     if expression.deictic or expression.edit_start != expression.start:
         return False
     after = text[expression.end:expression.end + 30].lstrip()
-    return bool(_MODIFIER_BEFORE_RE.search(text[:expression.start])) and after[:1].islower()
+    if bool(_MODIFIER_BEFORE_RE.search(text[:expression.start])) and after[:1].islower():
+        return True
+    return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
+
+
+def _names_a_noun(text: str, expression: timeparse.TimeExpression) -> bool:
+    """"the cloud budget for Q4 2026 is 70,000 EUR": a date in a noun's "for"/"of" phrase names
+    the thing (which budget), it is not the time the statement holds (from the English parse)."""
+    from services.pipeline.domain import nlp
+
+    for token in nlp.parse(text):
+        if token.idx == expression.start:
+            preposition = token.head
+            return (token.dep_ == "pobj" and preposition.lower_ in ("for", "of")
+                    and preposition.head.pos_ in ("NOUN", "PROPN") and preposition.head.ent_type_ not in ("DATE",))
+    return False
 
 
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
@@ -1167,7 +1182,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     anchor, anchor_span = _anchor_for(ctx, sentence)
     expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor)]
     if not ctx.speaker_prefix:
-        expressions = [e for e in expressions if not _date_as_modifier(document[part.start:part.end], e)]
+        named = [e for e in expressions if _date_as_modifier(document[part.start:part.end], e)]
+        expressions = [e for e in expressions if e not in named]
+        for e in named:  # "the budget for Q4" is the budget for Q4 2026: completed, but no window
+            if e.resolved and e.replacement is not None and e.start == e.edit_start and not _MODIFIER_BEFORE_RE.search(
+                    document[part.start:part.start + e.start]):
+                edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end, e.replacement, "date_resolved",
+                                   f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
     chosen = None
     resolved = [e for e in expressions if e.resolved]
     if resolved:

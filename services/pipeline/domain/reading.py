@@ -174,6 +174,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                 for obj in objects:
                     out.extend(_np_tokens(obj))
             continue
+        if child.dep_ == "appos" and child.pos_ == "NUM" and child.ent_type_ == "DATE" and \
+                child.left_edge.i == max(t.i for t in out) + 1 and token.doc[child.i - 1].ent_type_ == "DATE":
+            out.append(child)  # "budget for Q4 2026": the year the parser hung on the noun ends the date
+            continue
         if child.dep_ in ("appos", "nummod") and child.pos_ == "NUM" and child.i == token.i + 1:
             # "the service 15": a number right after its noun is part of the name (the parser
             # makes it an apposition, or a date when it could be a day of the month)
@@ -839,6 +843,11 @@ def _value_of(token: Any) -> str:
         return _np_text(token)
     skip: set[int] = set()
     for child in token.children:
+        if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep") and any(
+                t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]):
+            # "70,000 EUR, not 75,000 EUR": the value corrected away is no part of the value
+            skip.update(t.i for t in child.subtree)
+            skip.update(range(token.i + 1, child.i))
         if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
                 child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a")
                                          and any(_is_time(o) for o in child.children if o.dep_ == "pobj"))):
