@@ -78,6 +78,8 @@ _ROLE_NOUNS = {
 }
 _GROUP_HEADS = frozenset("""guild committee board council club chapter community union panel forum circle
 working group society association""".split())
+_THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
+pipeline site portal engine server job repository repo dashboard bot model studio""".split())
 _ORG_WORDS = frozenset("labs lab inc ltd gmbh corp corporation company bank university institute agency".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
 finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
@@ -228,6 +230,13 @@ def _is_personish(token: Any) -> bool:
         t.lower_ in _ORG_WORDS for t in token.subtree)
 
 
+def _is_person_named(token: Any) -> bool:
+    """Personish, and no word of the name says it is a team, project, service or other thing
+    ("Project Juniper", "the Atlas service" are things; "Priya" is a person)."""
+    return _is_personish(token) and not any(
+        t.lemma_.lower() in _LED_HEADS | _GROUP_HEADS | _THING_HEADS for t in token.subtree)
+
+
 def _is_bare_name(token: Any) -> bool:
     """A proper name without article, team or project word ("Brightwave", not "the design team")."""
     return token.pos_ == "PROPN" and not any(c.dep_ == "det" for c in token.children) and not any(
@@ -242,6 +251,11 @@ def _is_org(token: Any) -> bool:
     if token.ent_type_ == "ORG":
         return True
     return any(t.lower_ in _ORG_WORDS for t in token.subtree)
+
+
+def _is_amount(token: Any) -> bool:
+    """A number or amount, not a date ("35 USD", "12 percent", "40")."""
+    return _is_valueish(token) and not _is_time(token) and token.ent_type_ not in ("DATE", "TIME")
 
 
 def _is_valueish(token: Any) -> bool:
@@ -713,8 +727,8 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
-        if destination is None:
-            return None
+        if destination is None or _is_amount(destination):
+            return None  # "the price went from 30 USD to 35 USD": a value changes (an attribute)
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
         if mover is None:
             return None
@@ -728,6 +742,14 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
             and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
         movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
+        if base in ("switch", "change", "move") and c.objects and not c.passive and source is not None \
+                and not (_is_place(destination) and _is_place(source)) and c.objects[0].pos_ == "NOUN" \
+                and not _is_personish(destination) and all(t.lower_ in _PRONOUNS for t in c.subjects):
+            # "we switched the translation vendor from Linguo to Wordsmith": the object names a slot
+            # and the destination fills it, as "our translation vendor is Linguo" said
+            thing = c.objects[0]
+            return [_attr(_np_text(thing, _ATTRIBUTE_PREPS), None, _np_text(destination), succession, text,
+                          previous=_np_text(source), state=True)]
         if base in ("switch", "migrate") and not c.passive and product and (
                 predicate != "located_in" or base == "switch") and not _is_place(destination):
             # "the web team switched from Jenkins to GitHub Actions", "… switched the expense tool from
@@ -816,9 +838,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
                 return readings
     del key
     platform = _non_time(c.preps.get("on"))
+    # "runs on" a name is a platform even when the small model tags the name a place
     if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
-            and not _is_place(platform) \
-            and not _is_personish(c.subjects[0] if c.subjects else platform):
+            and c.subjects and not _is_person_named(c.subjects[0]):
         return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
@@ -879,7 +901,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
-    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE:
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("go", "move", "jump", "change", "shift")
+                                                         and to is not None and _is_amount(to)):
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,
