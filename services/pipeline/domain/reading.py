@@ -156,6 +156,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     """A noun phrase: the head with its modifiers and its "of"/"for" complements (not dates,
     clauses, conjuncts or other prepositional phrases)."""
     out = [token]
+    before = token.doc[token.left_edge.i - 1] if token.left_edge.i > 0 else None
+    if (before is not None and token.dep_ in ("nsubj", "nsubjpass") and token.pos_ == "PROPN"
+            and before.head.i == token.head.i and before.dep_ in ("npadvmod", "dep", "nmod")
+            and before.text[:1].isupper() and before.is_alpha and not _is_time(before)):
+        out.append(before)  # "Anders Vik leaves …" parsed with "Anders" a plural noun on the verb
     if token.dep_ == "dobj":  # "took over the weekend support rota": the parser's two objects are one
         for sibling in token.head.children:
             if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
@@ -732,6 +737,11 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
         if mover is None:
             return None
+        if _is_person(destination) and not _is_personish(mover) and not (source is not None and _is_place(source)):
+            # "his projects go to Beatrix": a hand-over of work, not a place
+            rest = _predicate_text(c)
+            return [Reading("statement", subject=_np_text(mover), change=change, label=text,
+                            features={"predicate_text": rest} if rest else {})]
         if _is_place(destination):
             predicate = "located_in"
         elif _is_personish(mover):
@@ -767,7 +777,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         if role is not None:
             return _rel(subjects, role[0], role[1], "end", text)
         assert target is not None
-        return _rel(subjects, _membership(target), _np_text(target), "end", text)
+        predicate = _membership(target)
+        if predicate == "works_on" and _is_bare_name(target) and not _is_place(target):
+            predicate = "works_for"  # "leaves Polaris Freight": as joining it, an employer
+        return _rel(subjects, predicate, _np_text(target), "end", text)
     return None
 
 
