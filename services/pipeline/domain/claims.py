@@ -172,7 +172,7 @@ def _is_fragment(doc: object) -> bool:
 def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
     from services.pipeline.domain import nlp, reading
 
-    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True, comma_splices=True)
+    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True, parsed=True)
     nlp.prefetch(reading.prepared(d.claim_text) for d in drafts)
     kept: list[ClaimDraft] = []
     last_event: ClaimDraft | None = None
@@ -287,6 +287,16 @@ participants attendees present date time location duration tags author authors f
 title url link source venue where when recorded timezone scribe notetaker members
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
+# a field whose key names a role: "Owner: Sam Ortiz" (the value holds that role of the section's thing)
+_FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "lead", "tech lead": "lead",
+                "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
+                "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
+                "maintained by": "maintainer", "run by": "lead", "steward": "owner"}
+# section headings that name no thing a field could be about
+_GENERIC_HEADINGS = frozenset("""notes note summary status update updates agenda actions decisions overview background
+details owners ownership contacts people links references questions risks timeline history faq misc other
+minutes sync meeting standup stand-up retro retrospective review weekly daily chat dm call report changes
+next steps context team teams""".split())
 _DATE_KEYS = frozenset({"date", "when"})
 _LABEL_KEYS = frozenset("""
 summary decision decisions note notes update updates status action actions outcome outcomes result results context
@@ -490,6 +500,7 @@ class _Model:
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
     not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
+    headings: tuple[tuple[int, str, tuple[int, int]], ...] = ()  # (position, text, span) of every heading
 
 
 @dataclass
@@ -527,6 +538,7 @@ def _parse_document(document: str) -> _Model:
     speakers: set[str] = set()
     current: _UnitBuilder | None = None
     not_prose: list[tuple[int, int, str]] = []
+    headings: list[tuple[int, str, tuple[int, int]]] = []
 
     def close() -> None:
         nonlocal current
@@ -546,6 +558,7 @@ def _parse_document(document: str) -> _Model:
             title = document[span[0]:span[1]]
             if first_heading is None and title:
                 first_heading = (title, span)
+            headings.append((block.char_start, title, span))
             day = timeparse.find_anchor_date(title)
             if day is not None:
                 anchors.append((block.char_start, day, span))
@@ -596,6 +609,11 @@ def _parse_document(document: str) -> _Model:
                     close()
                     current = _UnitBuilder(value_start, content_end, "paragraph")
                     continue
+                if lowered in _FIELD_ROLES:  # "Owner: Sam Ortiz" is a field, not Owner speaking
+                    close()
+                    current = _UnitBuilder(line_start + indent, content_end, "list")
+                    close()
+                    continue
                 if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
                     close()
                     speakers.add(key)
@@ -630,7 +648,8 @@ def _parse_document(document: str) -> _Model:
                     known.add(subject)
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
-                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose))
+                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
+                  tuple(headings))
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -831,6 +850,7 @@ class _Part:
     end: int
     subject: str | None = None  # copied subject (shared-subject conjunct)
     subject_span: tuple[int, int] | None = None
+    edits: tuple[_Edit, ...] = ()  # made before the part was cut (a field line's case)
 
 
 @dataclass
@@ -854,16 +874,17 @@ class _Context:
     speaker_prefix: bool = True
     # an unresolvable "we" (no participant list) stays "we" instead of omitting the statement
     keep_unresolved_we: bool = False
-    # "I report to Hamid, he runs the platform group": a comma before a clause with its own
-    # subject and verb separates two statements (the parse provider reads each on its own)
-    comma_splices: bool = False
+    # the parse provider's readings: a comma before a clause with its own subject and verb
+    # separates two statements ("I report to Hamid, he runs the platform group"), and a field
+    # line or list item takes the thing its section heading names ("- Owner: Sam")
+    parsed: bool = False
 
     def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
         self.decisions.append(Decision(kind, reason, start, end, detail))
 
 
 def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_unresolved_we: bool = False,
-                   comma_splices: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
+                   parsed: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
     """Run the rules provider on one passage (synchronous core of :class:`RulesClaimProvider`)."""
     model = _parse_document(item.document)
     title = item.title
@@ -871,7 +892,7 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_u
     if model.first_heading is not None and (title is None or title.strip() == model.first_heading[0].strip()):
         title, title_span = model.first_heading
     ctx = _Context(item, model, title, title_span, speaker_prefix=speaker_prefix,
-                   keep_unresolved_we=keep_unresolved_we, comma_splices=comma_splices)
+                   keep_unresolved_we=keep_unresolved_we, parsed=parsed)
     passage_start = max(0, item.passage.char_start)
     passage_end = min(len(item.document), item.passage.char_end)
     for start, end in model.meta_spans:
@@ -958,8 +979,10 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     if _LEADING_CONDITIONAL_RE.search(text):
         return drop("hypothetical")
 
-    attribution = _detect_attribution(ctx, start, end)
-    parts = [_Part(start, end)] if attribution else _split_conjunctions(ctx, sentence, start, end)
+    field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
+    attribution = None if field is not None else _detect_attribution(ctx, start, end)
+    parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
+        ctx, sentence, start, end)
     for part in parts:
         statement = _normalise_space(_clean_markdown(
             (part.subject + " " if part.subject else "") + document[part.start:part.end]))
@@ -969,6 +992,74 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
                 ctx.decide("selection_drop", reason, part.start, part.end, statement[:200])
                 continue
         _claimify(ctx, sentence, part, attribution, statement)
+
+
+_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>\S.*?)\s*\.?\s*$")
+_SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
+                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
+                             r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
+
+
+def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
+    """The thing the section before ``position`` is about, when its heading names one: "##
+    Billing service" (not "Notes", "Stand-up, 17 September" or a heading with a date)."""
+    found = None
+    for at, title, span in ctx.model.headings:
+        if at < position:
+            found = (title, span)
+    if found is None:
+        return None
+    title = _clean_markdown(found[0]).strip().rstrip(":")
+    words = title.lower().replace("-", " ").split()
+    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", title)
+            or timeparse.find_time_expressions(title, None)):
+        return None
+    return title, found[1]
+
+
+def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Part | None:
+    """A list item or field line read as the statement it abbreviates:
+
+    - "Owner: Sam Ortiz" under "## Billing service" → "The owner of Billing service is Sam Ortiz";
+    - "Billing service: Priya Raman" under "## Service owners" → "The owner of Billing service is Priya Raman";
+    - "Billing service: owned by Priya Raman" → "Billing service is owned by Priya Raman";
+    - "Owned by Priya Raman" under "## Billing service" → "Billing service is owned by Priya Raman".
+    """
+    document = ctx.model.text
+    text = document[start:end]
+    match = _FIELD_RE.match(text)
+    heading = _heading_subject(ctx, sentence.start)
+    if match is None:
+        if heading is None or not _SUBJECTLESS_RE.match(text):
+            return None
+        verb = text.split()[0]
+        lowered = _Edit(start, start + len(verb), verb.lower(), "reference_expanded", f"{verb} -> {verb.lower()}")
+        copula = " is" if verb.lower().endswith("ed") or verb.lower() == "run" and not text.startswith("Run ") else ""
+        return _Part(start, end, heading[0] + copula, heading[1], (lowered,))
+    key, value = match.group("key").strip(), match.group("value")
+    value_start = start + match.start("value")
+    value_end = start + match.end("value")
+    role = _FIELD_ROLES.get(key.lower())
+    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+    if role is not None and name and heading is not None:
+        return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
+    if _SUBJECTLESS_RE.match(value):
+        verb = value.split()[0]
+        copula = " is" if verb.lower().endswith("ed") or verb.lower() == "run" else ""
+        lowered = _Edit(value_start, value_start + len(verb), verb.lower(), "reference_expanded",
+                        f"{verb} -> {verb.lower()}")
+        return _Part(value_start, value_end, key + copula, (start, start + match.start("value")), (lowered,))
+    # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
+    found = None
+    for at, title, span in ctx.model.headings:
+        if at < sentence.start:
+            found = (title, span)
+    if found is not None and name and not re.search(r"\d", key):
+        last = _clean_markdown(found[0]).strip().rstrip(":").lower().split()[-1:] or [""]
+        role = _FIELD_ROLES.get(last[0])
+        if role is not None:
+            return _Part(value_start, value_end, f"The {role} of {key} is", found[1])
+    return None
 
 
 def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
@@ -1047,7 +1138,7 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
     cursor = 0
     pending_subject: tuple[str, tuple[int, int]] | None = None
     sentence_subject = _leading_subject(ctx, text, 0)
-    for match in (_COMMA_SEPARATOR_RE if ctx.comma_splices else _SEPARATOR_RE).finditer(text):
+    for match in (_COMMA_SEPARATOR_RE if ctx.parsed else _SEPARATOR_RE).finditer(text):
         bare_comma = match.group().strip() == ","
         if match.start() < cursor or any(s <= match.start() < e for s, e in protected):
             continue
@@ -1159,6 +1250,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     evidence: list[tuple[int, int]] = []
     flags: list[tuple[str, str]] = []
     subject_text = part.subject
+    edits.extend(part.edits)
 
     # 1. references: pronouns
     resolution = _resolve_pronouns(ctx, sentence, part)

@@ -813,8 +813,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if holder is not None and c.subjects:
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
             role = _role(c.subjects[0])
-            if role is not None:
-                return _rel([_np_text(holder)], role[0], role[1], change, text)
+            if role is not None:  # "The owners of the wiki are Tom and Ana": one relation each
+                return _rel([_np_text(h) for h in _conjuncts(holder)], role[0], role[1], change, text)
             head = c.subjects[0]
             owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
             if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
