@@ -140,7 +140,8 @@ _NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
 
 def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
-        return False
+        # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
+        return timeparse.month_number(token.text.rstrip("0123456789")) is not None
     return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
 
 
