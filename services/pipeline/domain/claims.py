@@ -1483,6 +1483,16 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
                 edits.extend(_conjugation_edit(document, end, part.end))
         elif base in ("we", "us", "our", "ours", "ourselves"):
             group = ctx.model.participants
+            speaker = sentence.unit.speaker
+            if len(group) < 2 and ctx.parsed and speaker is not None:
+                # "we use Terraform" in a turn, with no participant list: the speaker says it of
+                # their side, so the speaker holds it
+                replacement = _contracted(speaker, lowered, next_word, possessive=base in ("our", "ours"))
+                edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {speaker}",
+                                   (sentence.unit.speaker_span,) if sentence.unit.speaker_span else ()))
+                if lowered == "we":
+                    edits.extend(_conjugation_edit(document, end, part.end))
+                continue
             if len(group) < 2:
                 if ctx.keep_unresolved_we and base in ("we", "our", "us", "ours"):
                     continue

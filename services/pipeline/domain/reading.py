@@ -599,13 +599,22 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
         readings = _relation(c, verb, change, text)
     if readings is None:
         readings = _attribute(c, verb, change, text)
+    defines: dict[str, object] = {}
+    if (base == "be" and c.attr is not None and c.subjects and (c.subjects[0].pos_ == "PROPN" or (
+            c.subjects[0].text[:1].isupper() and not any(d.dep_ == "det" for d in c.subjects[0].children)))
+            and c.attr.pos_ == "NOUN" and change == "none" and c.attr.lemma_.lower() not in _ROLE_NOUNS
+            and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
+        # "Kestrel is the team behind …", "Pixelmoor is a design studio": "the team", "the
+        # studio" and "the design studio" are Kestrel and Pixelmoor (any noun: the kind is open)
+        defines = {"defines": c.attr.lemma_.lower(), "defines_phrase": _np_text(c.attr).lower()}
+        place = _non_time([o for p in c.attr.children if p.dep_ == "prep" and p.lower_ in ("in", "at")
+                           for o in p.children if o.dep_ == "pobj"])
+        if place is not None and _is_place(place) and readings is None:
+            readings = [_replace(r, features=defines) for r in _rel(
+                [_np_text(c.subjects[0])], "located_in", _np_text(place), change, text) or []]
     if readings is None:
         subject = _np_text(c.subjects[0]) if c.subjects else None
-        features: dict[str, object] = {}
-        if (base == "be" and c.attr is not None and c.subjects and c.subjects[0].pos_ == "PROPN"
-                and c.attr.pos_ == "NOUN" and change == "none"
-                and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
-            features["defines"] = c.attr.lemma_.lower()  # "Kestrel is the team behind …": "the team" is Kestrel
+        features: dict[str, object] = dict(defines)
         rest = _predicate_text(c)
         if rest:
             features["predicate_text"] = rest
