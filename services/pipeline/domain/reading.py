@@ -91,7 +91,7 @@ committee effort workstream group guild department function process meeting sync
 division launch rollout""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
-finance platform research product infrastructure""".split())
+finance platform research product infrastructure management""".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
 _SUCCEED = frozenset({"succeed", "replace"})
@@ -977,11 +977,28 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     return None
 
 
+_AMOUNT = re.compile(r"^(?P<number>\D{0,3}?\d[\d.,]*)(?:\s+(?P<tail>.*))?$")
+
+
+def _shared_unit(previous: str | None, value: str) -> str | None:
+    """"from 900 EUR to 1,050 EUR per month", "from 19 to 24 EUR": the old value is in the new
+    one's unit ("900 EUR per month", "19 EUR")."""
+    old, new = _AMOUNT.match(previous or ""), _AMOUNT.match(value)
+    if old is None or new is None or not new.group("tail"):
+        return previous
+    tail, old_tail = new.group("tail"), old.group("tail") or ""
+    if tail != old_tail and (not old_tail or tail.startswith(old_tail + " ")):
+        return f"{old.group('number')} {tail}"
+    return previous
+
+
 def _attr(name: str, facet: str | None, value: str, change: str, text: str, *, previous: str | None = None,
           schedule: bool = False, state: bool = False) -> Reading:
     if change == "negation":  # "is not planned this year": no value to hold
         return Reading("statement", subject=name, change="negation", label=text)
     attribute = f"{name} {facet}" if facet else name
+    if state and not schedule:
+        previous = _shared_unit(previous, value)
     if change == "negation":
         label = f"{attribute}: not {value}"
     else:

@@ -316,3 +316,11 @@ def test_a_date_in_a_noun_s_for_phrase_names_the_thing_and_gives_no_window() -> 
     drafts_, _ = extract_parsed_claims(ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))
     (d,) = drafts_
     assert d.claim_text == "The cloud budget for Q4 2026 is 70,000 EUR." and d.valid_precision == "unknown"
+
+
+def test_the_old_value_of_a_change_takes_the_new_value_s_unit() -> None:
+    found, _ = drafts("The support plan price increases from 900 EUR to 1,050 EUR per month.")
+    assert [d.statement for d in found] == ["support plan price: 900 EUR per month",
+                                            "support plan price: 1,050 EUR per month"]
+    found, _ = drafts("The seat price went from 19 EUR to 24 EUR per seat.")
+    assert [d.statement for d in found] == ["seat price: 19 EUR per seat", "seat price: 24 EUR per seat"]
