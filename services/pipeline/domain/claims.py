@@ -1629,6 +1629,8 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     # "I report to Hamid Rahimi, he runs the platform group": a later clause's pronoun takes the
     # one person its own sentence named before it
     own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
+    if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
+        own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
     if len(own) == 1 and position > sentence.start:
         start, end, name = next(iter(own.values()))
         if not sentence.unit.speaker or name.split()[0] != sentence.unit.speaker.split()[0]:
@@ -1671,6 +1673,17 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
         if others - set(names):
             return None
     return next(iter(names.values()))
+
+
+def _parsed_person(document: str, sentence_start: int, mention: tuple[int, int, str]) -> bool:
+    """Does the English parse of the sentence up to the mention's end tag the mention a person?"""
+    from services.pipeline.domain import nlp
+    from services.pipeline.domain.reading import ORG_WORDS
+
+    if mention[2].split()[-1].lower() in ORG_WORDS:
+        return False  # "Kestrel Labs", which the small model tags a person
+    doc = nlp.parse(document[sentence_start:mention[1]])
+    return any(t.ent_type_ == "PERSON" for t in doc if t.idx >= mention[0] - sentence_start)
 
 
 def _parsed_subject(document: str, start: int, end: int) -> int | None:

@@ -80,7 +80,9 @@ _GROUP_HEADS = frozenset("""guild committee board council club chapter community
 working group society association""".split())
 _THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
 pipeline site portal engine server job repository repo dashboard bot model studio""".split())
-_ORG_WORDS = frozenset("labs lab inc ltd gmbh corp corporation company bank university institute agency".split())
+ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
+systems technologies partners consulting""".split())
+_ORG_WORDS = ORG_WORDS
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
 finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
 
@@ -157,6 +159,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     """A noun phrase: the head with its modifiers and its "of"/"for" complements (not dates,
     clauses, conjuncts or other prepositional phrases)."""
     out = [token]
+    following = token.i + 1
+    while following < len(token.doc) and _glued(token.doc[following]) and token.doc[following].head.i == token.head.i:
+        out.append(token.doc[following])  # "AWS eu-west-1" parsed as three objects of "to"
+        following += 1
     before = token.doc[token.left_edge.i - 1] if token.left_edge.i > 0 else None
     if (before is not None and token.dep_ in ("nsubj", "nsubjpass") and token.pos_ == "PROPN"
             and before.head.i == token.head.i and before.dep_ in ("npadvmod", "dep", "nmod")
@@ -200,6 +206,13 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                                                     and not modifier)
                    and t.dep_ not in ("relcl", "punct") or t.text in ("-", "'s", "’s", "/", "&"))
     return sorted(set(out), key=lambda t: t.i)
+
+
+def _glued(token: Any) -> bool:
+    """An object the parser split off the one before it with no space between ("eu", "-", "west-1")."""
+    previous = token.doc[token.i - 1] if token.i > 0 else None
+    return (previous is not None and previous.whitespace_ == "" and token.dep_ == previous.dep_ == "pobj"
+            and previous.head.i == token.head.i)
 
 
 def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
@@ -297,7 +310,7 @@ class _Clause:
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
-            objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp")]
+            objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
             key = child.lower_
             # "as of", "ahead of": the second preposition carries the object
             for inner in child.children:
@@ -546,6 +559,10 @@ def _verb_read_as_noun(text: str, doc: Any) -> str | None:
                 c.dep_ == "compound" and c.i < root.i for c in root.children):
             # the same error tagged the other way: "runs" a verb whose subject became its compound
             return f"{text[:root.idx]}does {root.lemma_.lower()}{text[root.idx + len(root.text):]}"
+        verb = next((c for c in root.children if c.dep_ == "dobj" and c.tag_ == "VBZ" and c.i == root.i + 1
+                     and c.lemma_.lower() in _VERB_LEXICON and root.tag_ in ("VBP", "VB")), None)
+        if verb is not None:  # "the metrics stack runs on …": "stack" taken for the verb, "runs" its object
+            return f"{text[:verb.idx]}does {verb.lemma_.lower()}{text[verb.idx + len(verb.text):]}"
         if root.pos_ in ("VERB", "AUX") or any(t.pos_ == "AUX" for t in sentence):
             continue
         for t in sentence:
@@ -810,7 +827,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
         if base in _LOCATION_VERBS:
             # "deployed in Frankfurt and Dublin": one relation per place
-            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or [] if not _is_time(t)]
+            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
+                c.preps.get("to") or c.preps.get("onto") if base in ("deploy", "move", "migrate", "ship") else None)
+                or [] if not _is_time(t)]  # "is deployed to AWS eu-west-1"
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings

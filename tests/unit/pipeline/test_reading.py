@@ -324,3 +324,10 @@ def test_the_old_value_of_a_change_takes_the_new_value_s_unit() -> None:
                                             "support plan price: 1,050 EUR per month"]
     found, _ = drafts("The seat price went from 19 EUR to 24 EUR per seat.")
     assert [d.statement for d in found] == ["seat price: 19 EUR per seat", "seat price: 24 EUR per seat"]
+
+
+def test_placements_read_through_parser_slips() -> None:
+    (deployed,), _ = drafts("The fraud service is deployed to AWS eu-west-1.")  # the region split in three
+    assert (deployed.predicate, deployed.object) == ("located_in", "AWS eu-west-1")
+    (stack,), _ = drafts("The metrics stack runs on Grafana Cloud.")  # "stack" taken for the verb
+    assert (stack.subject, stack.predicate, stack.object) == ("metrics stack", "uses", "Grafana Cloud")
