@@ -168,9 +168,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
             and before.head.i == token.head.i and before.dep_ in ("npadvmod", "dep", "nmod")
             and before.text[:1].isupper() and before.is_alpha and not _is_time(before)):
         out.append(before)  # "Anders Vik leaves …" parsed with "Anders" a plural noun on the verb
-    if token.dep_ == "dobj":  # "took over the weekend support rota": the parser's two objects are one
+    if token.dep_ in ("dobj", "nsubj", "nsubjpass"):
+        # "took over the weekend support rota", "the payments API is hosted …": the parser's two
+        # adjacent objects (or subjects) are one noun phrase
         for sibling in token.head.children:
-            if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
+            if sibling.dep_ == token.dep_ and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
                 out.extend(sibling.subtree)
             # "owns the team offsite budget" parsed with "offsite" a conjunct of the verb: a
             # conjunct noun right after the object with no coordinator between continues it
@@ -191,6 +193,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         if child.dep_ == "appos" and child.pos_ == "NUM" and child.ent_type_ == "DATE" and \
                 child.left_edge.i == max(t.i for t in out) + 1 and token.doc[child.i - 1].ent_type_ == "DATE":
             out.append(child)  # "budget for Q4 2026": the year the parser hung on the noun ends the date
+            continue
+        if child.dep_ == "appos" and token.pos_ == "NOUN" and child.left_edge.i == token.i + 1 and child.pos_ in (
+                "NOUN", "PROPN") and not any(t.is_punct for t in child.subtree):
+            out.extend(child.subtree)  # "the payments API" with "API" taken for an apposition
             continue
         if child.dep_ in ("appos", "nummod") and child.pos_ == "NUM" and child.i == token.i + 1:
             # "the service 15": a number right after its noun is part of the name (the parser
@@ -338,6 +344,8 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
     for child in head.children:
         dep = child.dep_
         if dep in ("nsubj", "nsubjpass", "csubj"):
+            if subjects and subjects[-1].dep_ == dep and subjects[-1].right_edge.i + 1 == child.left_edge.i:
+                subjects.pop()  # "the payments API" parsed as two subjects: one noun phrase
             subjects.extend(_conjuncts(child))
             passive = passive or dep == "nsubjpass"
         elif dep == "auxpass":

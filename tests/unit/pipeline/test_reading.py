@@ -331,3 +331,10 @@ def test_placements_read_through_parser_slips() -> None:
     assert (deployed.predicate, deployed.object) == ("located_in", "AWS eu-west-1")
     (stack,), _ = drafts("The metrics stack runs on Grafana Cloud.")  # "stack" taken for the verb
     assert (stack.subject, stack.predicate, stack.object) == ("metrics stack", "uses", "Grafana Cloud")
+
+
+def test_a_noun_compound_the_parser_split_is_one_noun_phrase() -> None:
+    (hosted,), _ = drafts("The payments API is hosted in Dublin.")  # two subjects
+    assert (hosted.subject, hosted.object) == ("payments API", "Dublin")
+    (owned,), _ = drafts("Roberto Sanz owns the payments API.")  # "API" taken for an apposition
+    assert (owned.subject, owned.object) == ("Roberto Sanz", "payments API")
