@@ -258,7 +258,7 @@ def test_a_slot_switched_by_we_takes_the_new_value_and_a_named_team_uses_a_tool(
     assert [d.statement for d in found] == ["translation vendor: Linguo", "translation vendor: Wordsmith"]
     (uses,), _ = drafts("Project Juniper runs on Kubernetes.")  # the small model tags Kubernetes a place
     assert (uses.subject, uses.predicate, uses.object) == ("Project Juniper", "uses", "Kubernetes")
-    assert drafts("Priya runs on coffee.")[0] == [] or all(d.kind != "relation" for d in drafts("Priya runs on coffee.")[0])
+    assert all(d.kind != "relation" for d in drafts("Priya runs on coffee.")[0])  # a person runs on nothing
 
 
 def test_work_handed_to_a_person_is_no_place_and_leaving_an_employer_ends_works_for() -> None:
@@ -302,7 +302,8 @@ def test_comma_spliced_clauses_are_read_apart_and_a_pronoun_takes_its_sentence_s
 
 def test_an_answer_s_pronoun_is_the_person_the_question_asked_about_and_the_same_day_is_the_day_told() -> None:
     chat = ("# #platform\n\n"
-            "[t1 | 2026-09-08T11:00:00Z] Rui: Yara Haddad took over the platform squad from Lukas Berg on 1 September 2026.\n"
+            "[t1 | 2026-09-08T11:00:00Z] Rui: Yara Haddad took over the platform squad from Lukas Berg on "
+            "1 September 2026.\n"
             "[t2 | 2026-09-08T11:01:00Z] Mona: is Lukas leaving?\n"
             "[t3 | 2026-09-08T11:02:00Z] Rui: no, he moved to the payments team on the same day.\n")
     drafts_, _ = extract_parsed_claims(ExtractionInput(chat, Passage("p", 0, len(chat)), SAID, None))
