@@ -424,8 +424,8 @@ def _without_leading_time(text: str) -> str:
     the window already, and the small parser often hangs a leading date on the subject."""
     for expression in timeparse.find_time_expressions(text, None):
         if expression.start == 0 or (expression.start <= 12 and re.match(
-                r"^(?:effective|starting|beginning|as of|from|since|until|as from)\s*$", text[:expression.start],
-                re.IGNORECASE)):
+                r"^(?:effective|starting|beginning|as of|from|since|until|as from|earlier|later)\s*$",
+                text[:expression.start], re.IGNORECASE)):
             rest = text[expression.end:].lstrip(" ,")
             if len(rest.split()) >= 2:
                 return rest[:1].upper() + rest[1:]
