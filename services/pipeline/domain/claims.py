@@ -292,6 +292,8 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
                 "maintained by": "maintainer", "run by": "lead", "steward": "owner"}
+_PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
+                         "office", "based in", "located in"})
 # section headings that name no thing a field could be about
 _GENERIC_HEADINGS = frozenset("""notes note summary status update updates agenda actions decisions overview background
 details owners ownership contacts people links references questions risks timeline history faq misc other
@@ -988,6 +990,8 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
             (part.subject + " " if part.subject else "") + document[part.start:part.end]))
         if attribution is None:
             reason = _select(ctx, statement, in_turn)
+            if reason == "generic" and field is not None:
+                reason = None  # the heading names what the field is about
             if reason is not None:
                 ctx.decide("selection_drop", reason, part.start, part.end, statement[:200])
                 continue
@@ -1049,6 +1053,13 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         lowered = _Edit(value_start, value_start + len(verb), verb.lower(), "reference_expanded",
                         f"{verb} -> {verb.lower()}")
         return _Part(value_start, value_end, key + copula, (start, start + match.start("value")), (lowered,))
+    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key + value) \
+            and len(key.split()) <= 3:
+        # "- Region: Frankfurt" / "- Status: live" / "- Vendor: Stripe" under "## Billing service"
+        lowered_key = key.lower()
+        subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
+                   if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
+        return _Part(value_start, value_end, subject, heading[1])
     # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
     found = None
     for at, title, span in ctx.model.headings:

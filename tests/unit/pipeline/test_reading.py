@@ -287,6 +287,8 @@ def test_field_lines_and_list_items_take_the_thing_their_heading_names() -> None
         "Ledger service is hosted in Frankfurt."]
     assert parsed("# Component owners\n\n- Identity graph: Priya Raman\n- Search index: owned by Ana Ruiz.\n") == [
         "The owner of Identity graph is Priya Raman.", "Search index is owned by Ana Ruiz."]
+    assert parsed("# Billing service\n\n- Region: Frankfurt\n- Status: live\n- Vendor: Stripe\n") == [
+        "Billing service is located in Frankfurt.", "Billing service is live.", "The Billing service vendor is Stripe."]
     # a heading that names no thing lends no subject, and a role key is no speaker
     assert parsed("# Notes\n\n- Owner: Dana Kim\n") == []
     assert parsed("# Stand-up, 3 May\n\nOwned by Dana.\n") == ["Owned by Dana."]
