@@ -999,77 +999,76 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
 
 
 _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>\S.*?)\s*\.?\s*$")
+_PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
                              r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
                              r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
 
 
-def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
-    """The thing the section before ``position`` is about, when its heading names one: "##
-    Billing service" (not "Notes", "Stand-up, 17 September" or a heading with a date)."""
+def _last_heading(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
     found = None
     for at, title, span in ctx.model.headings:
         if at < position:
-            found = (title, span)
+            found = (_clean_markdown(title).strip().rstrip(":"), span)
+    return found
+
+
+def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
+    """The thing the section before ``position`` is about, when its heading names one: "##
+    Billing service" (not "Notes", "Stand-up, 17 September" or a heading with a date)."""
+    found = _last_heading(ctx, position)
     if found is None:
         return None
-    title = _clean_markdown(found[0]).strip().rstrip(":")
-    words = title.lower().replace("-", " ").split()
-    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", title)
-            or timeparse.find_time_expressions(title, None)):
+    words = found[0].lower().replace("-", " ").split()
+    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", found[0])
+            or timeparse.find_time_expressions(found[0], None)):
         return None
-    return title, found[1]
+    return found
+
+
+def _subjectless(subject: str, subject_span: tuple[int, int], start: int, end: int, verb: str) -> _Part:
+    """"owned by Priya" / "runs on Kubernetes" said of ``subject``: "<subject> is owned by …"."""
+    copula = " is" if verb.lower().endswith("ed") or verb.lower() in _PARTICIPLES else ""
+    lowered = _Edit(start, start + len(verb), verb.lower(), "reference_expanded", f"{verb} -> {verb.lower()}")
+    return _Part(start, end, subject + copula, subject_span, (lowered,))
 
 
 def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Part | None:
     """A list item or field line read as the statement it abbreviates:
 
     - "Owner: Sam Ortiz" under "## Billing service" → "The owner of Billing service is Sam Ortiz";
+    - "Region: Frankfurt", "Status: live", "Vendor: Stripe" under it → its place, status, vendor;
     - "Billing service: Priya Raman" under "## Service owners" → "The owner of Billing service is Priya Raman";
     - "Billing service: owned by Priya Raman" → "Billing service is owned by Priya Raman";
     - "Owned by Priya Raman" under "## Billing service" → "Billing service is owned by Priya Raman".
     """
-    document = ctx.model.text
-    text = document[start:end]
+    text = ctx.model.text[start:end]
     match = _FIELD_RE.match(text)
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):
             return None
-        verb = text.split()[0]
-        lowered = _Edit(start, start + len(verb), verb.lower(), "reference_expanded", f"{verb} -> {verb.lower()}")
-        copula = " is" if verb.lower().endswith("ed") or verb.lower() == "run" and not text.startswith("Run ") else ""
-        return _Part(start, end, heading[0] + copula, heading[1], (lowered,))
+        return _subjectless(heading[0], heading[1], start, end, text.split()[0])
     key, value = match.group("key").strip(), match.group("value")
-    value_start = start + match.start("value")
-    value_end = start + match.end("value")
+    value_start, value_end = start + match.start("value"), start + match.end("value")
     role = _FIELD_ROLES.get(key.lower())
     name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
     if role is not None and name and heading is not None:
         return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
     if _SUBJECTLESS_RE.match(value):
-        verb = value.split()[0]
-        copula = " is" if verb.lower().endswith("ed") or verb.lower() == "run" else ""
-        lowered = _Edit(value_start, value_start + len(verb), verb.lower(), "reference_expanded",
-                        f"{verb} -> {verb.lower()}")
-        return _Part(value_start, value_end, key + copula, (start, start + match.start("value")), (lowered,))
+        return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
     if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key + value) \
             and len(key.split()) <= 3:
-        # "- Region: Frankfurt" / "- Status: live" / "- Vendor: Stripe" under "## Billing service"
         lowered_key = key.lower()
         subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
                    if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
         return _Part(value_start, value_end, subject, heading[1])
     # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
-    found = None
-    for at, title, span in ctx.model.headings:
-        if at < sentence.start:
-            found = (title, span)
-    if found is not None and name and not re.search(r"\d", key):
-        last = _clean_markdown(found[0]).strip().rstrip(":").lower().split()[-1:] or [""]
-        role = _FIELD_ROLES.get(last[0])
+    section = _last_heading(ctx, sentence.start)
+    if section is not None and name and not re.search(r"\d", key):
+        role = _FIELD_ROLES.get((section[0].lower().split()[-1:] or [""])[0])
         if role is not None:
-            return _Part(value_start, value_end, f"The {role} of {key} is", found[1])
+            return _Part(value_start, value_end, f"The {role} of {key} is", section[1])
     return None
 
 
