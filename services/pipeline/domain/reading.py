@@ -82,7 +82,6 @@ _THING_HEADS = frozenset("""service system app application platform tool library
 pipeline site portal engine server job repository repo dashboard bot model studio""".split())
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
-_ORG_WORDS = ORG_WORDS
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
 finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
 
@@ -252,7 +251,7 @@ def _is_personish(token: Any) -> bool:
     proper = token.pos_ == "PROPN" or (token.text[:1].isupper() and token.pos_ == "NOUN"
                                        and not any(c.dep_ == "det" for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
-        t.lower_ in _ORG_WORDS for t in token.subtree)
+        t.lower_ in ORG_WORDS for t in token.subtree)
 
 
 def _is_person_named(token: Any) -> bool:
@@ -275,7 +274,7 @@ def _is_place(token: Any) -> bool:
 def _is_org(token: Any) -> bool:
     if token.ent_type_ == "ORG":
         return True
-    return any(t.lower_ in _ORG_WORDS for t in token.subtree)
+    return any(t.lower_ in ORG_WORDS for t in token.subtree)
 
 
 def _is_amount(token: Any) -> bool:
@@ -781,7 +780,7 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             predicate = "located_in"
         elif _is_personish(mover):
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
-                t.lower_ in _ORG_WORDS for t in destination.subtree) else "works_on"
+                t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
         else:
             predicate = "located_in"
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
@@ -951,8 +950,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
-    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("go", "move", "jump", "change", "shift")
-                                                         and to is not None and _is_amount(to)):
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
+                                                         and _is_amount(to)):
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,
