@@ -455,6 +455,7 @@ def _range(text: str, first: _Core, second: _Core, prep_start: int) -> TimeExpre
         first = _Core(first.start, first.end, moved_first, moved_last, first.precision, False, first.deictic,
                       f"{first.yearless_month} {year}", None)
         relative = second.relative or first.relative
+    assert first.first is not None  # narrowed above; the moved start is a date too
     cross_year_roll = False
     if second.relative and not second.deictic and second_last < first.first:
         # "from November to February": the end is in the following year.
