@@ -150,6 +150,7 @@ _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu
                             r"|[Uu]ntil that (?:day|date))\b")
 
 
+_SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:day|date)\b")
 _POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
                                  r"|day)['’]s\b", re.IGNORECASE)
 
@@ -171,7 +172,7 @@ def _is_fragment(doc: object) -> bool:
 def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list[Decision]]:
     from services.pipeline.domain import nlp, reading
 
-    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True)
+    drafts, decisions = extract_claims(item, speaker_prefix=False, keep_unresolved_we=True, parsed=True)
     nlp.prefetch(reading.prepared(d.claim_text) for d in drafts)
     kept: list[ClaimDraft] = []
     last_event: ClaimDraft | None = None
@@ -181,6 +182,19 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
             decisions.append(Decision("claimify_omitted", "no_predicate", draft.char_start, draft.char_end,
                                       draft.claim_text[:200]))
             continue
+        same = _SAME_DAY_RE.search(draft.claim_text)
+        if same is not None and draft.valid_precision == "unknown" and last_event is not None \
+                and last_event.valid_from is not None and last_event.valid_precision == "day":
+            # "he joined the risk team on the same day": the day of the event just told
+            day = last_event.valid_from.date()
+            text = draft.claim_text[:same.start()] + f"on {timeparse.render_day(day)}" + draft.claim_text[same.end():]
+            decisions.append(Decision("decontext_edit", "date_resolved", draft.char_start, draft.char_end,
+                                      f"{same.group()} -> {timeparse.render_day(day)} (the event just told)"))
+            draft = ClaimDraft(text, draft.source_span, draft.char_start, draft.char_end,
+                               (*draft.evidence_spans, EvidenceSpan(last_event.char_start, last_event.char_end)),
+                               draft.is_attributed, draft.attributed_to, _added_words(text, draft.source_span),
+                               "dynamic", last_event.valid_from, last_event.valid_until, "day", last_event.valid_kind,
+                               draft.kept_flagged)
         since = _SINCE_THEN_RE.search(draft.claim_text)
         until = _UNTIL_THEN_RE.search(draft.claim_text) if since is None else None
         if until is not None and draft.valid_precision == "unknown" and last_event is not None \
@@ -273,6 +287,18 @@ participants attendees present date time location duration tags author authors f
 title url link source venue where when recorded timezone scribe notetaker members
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
+# a field whose key names a role: "Owner: Sam Ortiz" (the value holds that role of the section's thing)
+_FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "lead", "tech lead": "lead",
+                "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
+                "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
+                "maintained by": "maintainer", "run by": "lead", "steward": "owner"}
+_PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
+                         "office", "based in", "located in"})
+# section headings that name no thing a field could be about
+_GENERIC_HEADINGS = frozenset("""notes note summary status update updates agenda actions decisions overview background
+details owners ownership contacts people links references questions risks timeline history faq misc other
+minutes sync meeting standup stand-up retro retrospective review weekly daily chat dm call report changes
+next steps context team teams""".split())
 _DATE_KEYS = frozenset({"date", "when"})
 _LABEL_KEYS = frozenset("""
 summary decision decisions note notes update updates status action actions outcome outcomes result results context
@@ -403,6 +429,7 @@ _ATTR_TRAILING_RE = re.compile(
 _BAD_CONTENT_START = frozenset("and or but to so about of for with in on at by as it's".split())
 
 _SEPARATOR_RE = re.compile(r"\s*;\s+|,?\s+(?:and|but)\s+")
+_COMMA_SEPARATOR_RE = re.compile(r"\s*;\s+|,?\s+(?:and|but)\s+|,\s+")
 _CONTRACTED_SUBJECT_RE = re.compile(r"^(?:I|[Ww]e|[Hh]e|[Ss]he|[Tt]hey|[Ii]t)['’](?:m|re|s|ve|ll)\s+\w")
 _LEADING_PRONOUN_RE = re.compile(r"^(I|We|we|He|he|She|she|They|they|It|it)(?![\w'’])")
 _LEADING_NP_RE = re.compile(
@@ -475,6 +502,7 @@ class _Model:
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
     not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
+    headings: tuple[tuple[int, str, tuple[int, int]], ...] = ()  # (position, text, span) of every heading
 
 
 @dataclass
@@ -512,6 +540,7 @@ def _parse_document(document: str) -> _Model:
     speakers: set[str] = set()
     current: _UnitBuilder | None = None
     not_prose: list[tuple[int, int, str]] = []
+    headings: list[tuple[int, str, tuple[int, int]]] = []
 
     def close() -> None:
         nonlocal current
@@ -531,6 +560,7 @@ def _parse_document(document: str) -> _Model:
             title = document[span[0]:span[1]]
             if first_heading is None and title:
                 first_heading = (title, span)
+            headings.append((block.char_start, title, span))
             day = timeparse.find_anchor_date(title)
             if day is not None:
                 anchors.append((block.char_start, day, span))
@@ -581,6 +611,11 @@ def _parse_document(document: str) -> _Model:
                     close()
                     current = _UnitBuilder(value_start, content_end, "paragraph")
                     continue
+                if lowered in _FIELD_ROLES:  # "Owner: Sam Ortiz" is a field, not Owner speaking
+                    close()
+                    current = _UnitBuilder(line_start + indent, content_end, "list")
+                    close()
+                    continue
                 if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
                     close()
                     speakers.add(key)
@@ -615,7 +650,8 @@ def _parse_document(document: str) -> _Model:
                     known.add(subject)
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
-                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose))
+                  first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
+                  tuple(headings))
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -816,6 +852,7 @@ class _Part:
     end: int
     subject: str | None = None  # copied subject (shared-subject conjunct)
     subject_span: tuple[int, int] | None = None
+    edits: tuple[_Edit, ...] = ()  # made before the part was cut (a field line's case)
 
 
 @dataclass
@@ -839,13 +876,17 @@ class _Context:
     speaker_prefix: bool = True
     # an unresolvable "we" (no participant list) stays "we" instead of omitting the statement
     keep_unresolved_we: bool = False
+    # the parse provider's readings: a comma before a clause with its own subject and verb
+    # separates two statements ("I report to Hamid, he runs the platform group"), and a field
+    # line or list item takes the thing its section heading names ("- Owner: Sam")
+    parsed: bool = False
 
     def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
         self.decisions.append(Decision(kind, reason, start, end, detail))
 
 
-def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
-                   keep_unresolved_we: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
+def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_unresolved_we: bool = False,
+                   parsed: bool = False) -> tuple[list[ClaimDraft], list[Decision]]:
     """Run the rules provider on one passage (synchronous core of :class:`RulesClaimProvider`)."""
     model = _parse_document(item.document)
     title = item.title
@@ -853,7 +894,7 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True,
     if model.first_heading is not None and (title is None or title.strip() == model.first_heading[0].strip()):
         title, title_span = model.first_heading
     ctx = _Context(item, model, title, title_span, speaker_prefix=speaker_prefix,
-                   keep_unresolved_we=keep_unresolved_we)
+                   keep_unresolved_we=keep_unresolved_we, parsed=parsed)
     passage_start = max(0, item.passage.char_start)
     passage_end = min(len(item.document), item.passage.char_end)
     for start, end in model.meta_spans:
@@ -895,7 +936,22 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     if expression.deictic or expression.edit_start != expression.start:
         return False
     after = text[expression.end:expression.end + 30].lstrip()
-    return bool(_MODIFIER_BEFORE_RE.search(text[:expression.start])) and after[:1].islower()
+    if bool(_MODIFIER_BEFORE_RE.search(text[:expression.start])) and after[:1].islower():
+        return True
+    return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
+
+
+def _names_a_noun(text: str, expression: timeparse.TimeExpression) -> bool:
+    """"the cloud budget for Q4 2026 is 70,000 EUR": a date in a noun's "for"/"of" phrase names
+    the thing (which budget), it is not the time the statement holds (from the English parse)."""
+    from services.pipeline.domain import nlp
+
+    for token in nlp.parse(text):
+        if token.idx == expression.start:
+            preposition = token.head
+            return (token.dep_ == "pobj" and preposition.lower_ in ("for", "of")
+                    and preposition.head.pos_ in ("NOUN", "PROPN") and preposition.head.ent_type_ not in ("DATE",))
+    return False
 
 
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
@@ -925,17 +981,95 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     if _LEADING_CONDITIONAL_RE.search(text):
         return drop("hypothetical")
 
-    attribution = _detect_attribution(ctx, start, end)
-    parts = [_Part(start, end)] if attribution else _split_conjunctions(ctx, sentence, start, end)
+    field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
+    attribution = None if field is not None else _detect_attribution(ctx, start, end)
+    parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
+        ctx, sentence, start, end)
     for part in parts:
         statement = _normalise_space(_clean_markdown(
             (part.subject + " " if part.subject else "") + document[part.start:part.end]))
         if attribution is None:
             reason = _select(ctx, statement, in_turn)
+            if reason == "generic" and field is not None:
+                reason = None  # the heading names what the field is about
             if reason is not None:
                 ctx.decide("selection_drop", reason, part.start, part.end, statement[:200])
                 continue
         _claimify(ctx, sentence, part, attribution, statement)
+
+
+_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>\S.*?)\s*\.?\s*$")
+_PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
+_SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
+                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
+                             r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
+
+
+def _last_heading(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
+    found = None
+    for at, title, span in ctx.model.headings:
+        if at < position:
+            found = (_clean_markdown(title).strip().rstrip(":"), span)
+    return found
+
+
+def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
+    """The thing the section before ``position`` is about, when its heading names one: "##
+    Billing service" (not "Notes", "Stand-up, 17 September" or a heading with a date)."""
+    found = _last_heading(ctx, position)
+    if found is None:
+        return None
+    words = found[0].lower().replace("-", " ").split()
+    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", found[0])
+            or timeparse.find_time_expressions(found[0], None)):
+        return None
+    return found
+
+
+def _subjectless(subject: str, subject_span: tuple[int, int], start: int, end: int, verb: str) -> _Part:
+    """"owned by Priya" / "runs on Kubernetes" said of ``subject``: "<subject> is owned by …"."""
+    copula = " is" if verb.lower().endswith("ed") or verb.lower() in _PARTICIPLES else ""
+    lowered = _Edit(start, start + len(verb), verb.lower(), "reference_expanded", f"{verb} -> {verb.lower()}")
+    return _Part(start, end, subject + copula, subject_span, (lowered,))
+
+
+def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Part | None:
+    """A list item or field line read as the statement it abbreviates:
+
+    - "Owner: Sam Ortiz" under "## Billing service" → "The owner of Billing service is Sam Ortiz";
+    - "Region: Frankfurt", "Status: live", "Vendor: Stripe" under it → its place, status, vendor;
+    - "Billing service: Priya Raman" under "## Service owners" → "The owner of Billing service is Priya Raman";
+    - "Billing service: owned by Priya Raman" → "Billing service is owned by Priya Raman";
+    - "Owned by Priya Raman" under "## Billing service" → "Billing service is owned by Priya Raman".
+    """
+    text = ctx.model.text[start:end]
+    match = _FIELD_RE.match(text)
+    heading = _heading_subject(ctx, sentence.start)
+    if match is None:
+        if heading is None or not _SUBJECTLESS_RE.match(text):
+            return None
+        return _subjectless(heading[0], heading[1], start, end, text.split()[0])
+    key, value = match.group("key").strip(), match.group("value")
+    value_start, value_end = start + match.start("value"), start + match.end("value")
+    role = _FIELD_ROLES.get(key.lower())
+    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+    if role is not None and name and heading is not None:
+        return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
+    if _SUBJECTLESS_RE.match(value):
+        return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
+    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key + value) \
+            and len(key.split()) <= 3:
+        lowered_key = key.lower()
+        subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
+                   if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
+        return _Part(value_start, value_end, subject, heading[1])
+    # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
+    section = _last_heading(ctx, sentence.start)
+    if section is not None and name and not re.search(r"\d", key):
+        role = _FIELD_ROLES.get((section[0].lower().split()[-1:] or [""])[0])
+        if role is not None:
+            return _Part(value_start, value_end, f"The {role} of {key} is", section[1])
+    return None
 
 
 def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
@@ -1014,7 +1148,8 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
     cursor = 0
     pending_subject: tuple[str, tuple[int, int]] | None = None
     sentence_subject = _leading_subject(ctx, text, 0)
-    for match in _SEPARATOR_RE.finditer(text):
+    for match in (_COMMA_SEPARATOR_RE if ctx.parsed else _SEPARATOR_RE).finditer(text):
+        bare_comma = match.group().strip() == ","
         if match.start() < cursor or any(s <= match.start() < e for s, e in protected):
             continue
         if text.count("(", 0, match.start()) > text.count(")", 0, match.start()):
@@ -1028,6 +1163,9 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
         subject: tuple[str, tuple[int, int]] | None = None
         if ";" in match.group():
             if len(_tokens(right)) < 2:
+                continue
+        elif bare_comma:
+            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3:
                 continue
         elif _independent_clause(ctx, right):
             pass
@@ -1122,6 +1260,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     evidence: list[tuple[int, int]] = []
     flags: list[tuple[str, str]] = []
     subject_text = part.subject
+    edits.extend(part.edits)
 
     # 1. references: pronouns
     resolution = _resolve_pronouns(ctx, sentence, part)
@@ -1145,7 +1284,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     anchor, anchor_span = _anchor_for(ctx, sentence)
     expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor)]
     if not ctx.speaker_prefix:
-        expressions = [e for e in expressions if not _date_as_modifier(document[part.start:part.end], e)]
+        named = [e for e in expressions if _date_as_modifier(document[part.start:part.end], e)]
+        expressions = [e for e in expressions if e not in named]
+        for e in named:  # "the budget for Q4" is the budget for Q4 2026: completed, but no window
+            if e.resolved and e.replacement is not None and e.start == e.edit_start and not _MODIFIER_BEFORE_RE.search(
+                    document[part.start:part.start + e.start]):
+                edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end, e.replacement, "date_resolved",
+                                   f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
     chosen = None
     resolved = [e for e in expressions if e.resolved]
     if resolved:
@@ -1348,6 +1493,16 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
                 edits.extend(_conjugation_edit(document, end, part.end))
         elif base in ("we", "us", "our", "ours", "ourselves"):
             group = ctx.model.participants
+            speaker = sentence.unit.speaker
+            if len(group) < 2 and ctx.parsed and speaker is not None:
+                # "we use Terraform" in a turn, with no participant list: the speaker says it of
+                # their side, so the speaker holds it
+                replacement = _contracted(speaker, lowered, next_word, possessive=base in ("our", "ours"))
+                edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {speaker}",
+                                   (sentence.unit.speaker_span,) if sentence.unit.speaker_span else ()))
+                if lowered == "we":
+                    edits.extend(_conjugation_edit(document, end, part.end))
+                continue
             if len(group) < 2:
                 if ctx.keep_unresolved_we and base in ("we", "our", "us", "ours"):
                     continue
@@ -1481,6 +1636,15 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     of them), so a pronoun resolves only when the text names exactly one person and nobody else is in play.
     """
     passage = ctx.item.passage
+    # "I report to Hamid Rahimi, he runs the platform group": a later clause's pronoun takes the
+    # one person its own sentence named before it
+    own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
+    if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
+        own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
+    if len(own) == 1 and position > sentence.start:
+        start, end, name = next(iter(own.values()))
+        if not sentence.unit.speaker or name.split()[0] != sentence.unit.speaker.split()[0]:
+            return name, (start, end)
     names: dict[str, tuple[str, tuple[int, int]]] = {}
     last: list[tuple[int, int, str]] = []
     last_sentence: _Sentence | None = None
@@ -1494,6 +1658,14 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
             last, last_sentence = mentions, other
         for start, end, name in mentions:
             names[name.split()[0]] = (name, (start, end))
+    if len(names) > 1 and last_sentence is not None and _QUESTION_END_RE.search(
+            ctx.model.text[last_sentence.start:last_sentence.end]):
+        # "is Marco leaving the company?" / "no, he joined the risk team": the answer's pronoun
+        # is the one person the question just asked about
+        asked = {m[2].split()[0]: m for m in last}
+        if len(asked) == 1:
+            start, end, name = next(iter(asked.values()))
+            return name, (start, end)
     if len(names) > 1 and last_sentence is not None:
         # several names ("Yuki Mori joined Brightwave …. She …"): a subject pronoun continues the
         # previous sentence's grammatical subject when that subject is one of them
@@ -1511,6 +1683,17 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
         if others - set(names):
             return None
     return next(iter(names.values()))
+
+
+def _parsed_person(document: str, sentence_start: int, mention: tuple[int, int, str]) -> bool:
+    """Does the English parse of the sentence up to the mention's end tag the mention a person?"""
+    from services.pipeline.domain import nlp
+    from services.pipeline.domain.reading import ORG_WORDS
+
+    if mention[2].split()[-1].lower() in ORG_WORDS:
+        return False  # "Kestrel Labs", which the small model tags a person
+    doc = nlp.parse(document[sentence_start:mention[1]])
+    return any(t.ent_type_ == "PERSON" for t in doc if t.idx >= mention[0] - sentence_start)
 
 
 def _parsed_subject(document: str, start: int, end: int) -> int | None:

@@ -316,12 +316,14 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
 
     def refer(surface: str) -> str:
         resolved = _bare_reference(surface, known_aliases)
-        return definitions.get(normalize_name(resolved), resolved) if resolved == surface else resolved
+        # "Pixelmoor is a design studio" … "the studio" / "the design studio": Pixelmoor
+        return definitions.get(normalize_name(resolved), definitions.get(normalize_name(surface), resolved))
 
     for r in readings:
         defined = r.features.get("defines")
-        if r.kind == "statement" and r.subject and isinstance(defined, str) and defined in BARE_HEAD_NOUNS:
-            definitions[defined] = clean_surface(r.subject)
+        if r.kind in ("statement", "relation") and r.subject and isinstance(defined, str):
+            for noun in {defined, str(r.features.get("defines_phrase") or defined)}:
+                definitions.setdefault(normalize_name(noun), clean_surface(r.subject))
     holder = clean_surface(claim.attributed_to) if claim.is_attributed and claim.attributed_to else None
     reported = next((r for r in readings if r.kind == "reported"), None)
     if holder is None and reported is not None and reported.subject:

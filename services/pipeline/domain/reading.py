@@ -78,7 +78,10 @@ _ROLE_NOUNS = {
 }
 _GROUP_HEADS = frozenset("""guild committee board council club chapter community union panel forum circle
 working group society association""".split())
-_ORG_WORDS = frozenset("labs lab inc ltd gmbh corp corporation company bank university institute agency".split())
+_THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
+pipeline site portal engine server job repository repo dashboard bot model studio""".split())
+ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
+systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
 finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
 
@@ -89,7 +92,7 @@ committee effort workstream group guild department function process meeting sync
 division launch rollout""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
-finance platform research product infrastructure""".split())
+finance platform research product infrastructure management""".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
 _SUCCEED = frozenset({"succeed", "replace"})
@@ -138,7 +141,8 @@ _NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
 
 def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
-        return False
+        # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
+        return timeparse.month_number(token.text.rstrip("0123456789")) is not None
     return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
 
 
@@ -154,9 +158,20 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     """A noun phrase: the head with its modifiers and its "of"/"for" complements (not dates,
     clauses, conjuncts or other prepositional phrases)."""
     out = [token]
-    if token.dep_ == "dobj":  # "took over the weekend support rota": the parser's two objects are one
+    following = token.i + 1
+    while following < len(token.doc) and _glued(token.doc[following]) and token.doc[following].head.i == token.head.i:
+        out.append(token.doc[following])  # "AWS eu-west-1" parsed as three objects of "to"
+        following += 1
+    before = token.doc[token.left_edge.i - 1] if token.left_edge.i > 0 else None
+    if (before is not None and token.dep_ in ("nsubj", "nsubjpass") and token.pos_ == "PROPN"
+            and before.head.i == token.head.i and before.dep_ in ("npadvmod", "dep", "nmod")
+            and before.text[:1].isupper() and before.is_alpha and not _is_time(before)):
+        out.append(before)  # "Anders Vik leaves …" parsed with "Anders" a plural noun on the verb
+    if token.dep_ in ("dobj", "nsubj", "nsubjpass"):
+        # "took over the weekend support rota", "the payments API is hosted …": the parser's two
+        # adjacent objects (or subjects) are one noun phrase
         for sibling in token.head.children:
-            if sibling.dep_ == "dobj" and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
+            if sibling.dep_ == token.dep_ and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
                 out.extend(sibling.subtree)
             # "owns the team offsite budget" parsed with "offsite" a conjunct of the verb: a
             # conjunct noun right after the object with no coordinator between continues it
@@ -174,6 +189,14 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                 for obj in objects:
                     out.extend(_np_tokens(obj))
             continue
+        if child.dep_ == "appos" and child.pos_ == "NUM" and child.ent_type_ == "DATE" and \
+                child.left_edge.i == max(t.i for t in out) + 1 and token.doc[child.i - 1].ent_type_ == "DATE":
+            out.append(child)  # "budget for Q4 2026": the year the parser hung on the noun ends the date
+            continue
+        if child.dep_ == "appos" and token.pos_ == "NOUN" and child.left_edge.i == token.i + 1 and child.pos_ in (
+                "NOUN", "PROPN") and not any(t.is_punct for t in child.subtree):
+            out.extend(child.subtree)  # "the payments API" with "API" taken for an apposition
+            continue
         if child.dep_ in ("appos", "nummod") and child.pos_ == "NUM" and child.i == token.i + 1:
             # "the service 15": a number right after its noun is part of the name (the parser
             # makes it an apposition, or a date when it could be a day of the month)
@@ -188,6 +211,13 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                                                     and not modifier)
                    and t.dep_ not in ("relcl", "punct") or t.text in ("-", "'s", "’s", "/", "&"))
     return sorted(set(out), key=lambda t: t.i)
+
+
+def _glued(token: Any) -> bool:
+    """An object the parser split off the one before it with no space between ("eu", "-", "west-1")."""
+    previous = token.doc[token.i - 1] if token.i > 0 else None
+    return (previous is not None and previous.whitespace_ == "" and token.dep_ == previous.dep_ == "pobj"
+            and previous.head.i == token.head.i)
 
 
 def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
@@ -221,7 +251,14 @@ def _is_personish(token: Any) -> bool:
     proper = token.pos_ == "PROPN" or (token.text[:1].isupper() and token.pos_ == "NOUN"
                                        and not any(c.dep_ == "det" for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
-        t.lower_ in _ORG_WORDS for t in token.subtree)
+        t.lower_ in ORG_WORDS for t in token.subtree)
+
+
+def _is_person_named(token: Any) -> bool:
+    """Personish, and no word of the name says it is a team, project, service or other thing
+    ("Project Juniper", "the Atlas service" are things; "Priya" is a person)."""
+    return _is_personish(token) and not any(
+        t.lemma_.lower() in _LED_HEADS | _GROUP_HEADS | _THING_HEADS for t in token.subtree)
 
 
 def _is_bare_name(token: Any) -> bool:
@@ -237,7 +274,12 @@ def _is_place(token: Any) -> bool:
 def _is_org(token: Any) -> bool:
     if token.ent_type_ == "ORG":
         return True
-    return any(t.lower_ in _ORG_WORDS for t in token.subtree)
+    return any(t.lower_ in ORG_WORDS for t in token.subtree)
+
+
+def _is_amount(token: Any) -> bool:
+    """A number or amount, not a date ("35 USD", "12 percent", "40")."""
+    return _is_valueish(token) and not _is_time(token) and token.ent_type_ not in ("DATE", "TIME")
 
 
 def _is_valueish(token: Any) -> bool:
@@ -273,7 +315,7 @@ class _Clause:
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
-            objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp")]
+            objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
             key = child.lower_
             # "as of", "ahead of": the second preposition carries the object
             for inner in child.children:
@@ -301,6 +343,8 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
     for child in head.children:
         dep = child.dep_
         if dep in ("nsubj", "nsubjpass", "csubj"):
+            if subjects and subjects[-1].dep_ == dep and subjects[-1].right_edge.i + 1 == child.left_edge.i:
+                subjects.pop()  # "the payments API" parsed as two subjects: one noun phrase
             subjects.extend(_conjuncts(child))
             passive = passive or dep == "nsubjpass"
         elif dep == "auxpass":
@@ -379,8 +423,8 @@ def _without_leading_time(text: str) -> str:
     the window already, and the small parser often hangs a leading date on the subject."""
     for expression in timeparse.find_time_expressions(text, None):
         if expression.start == 0 or (expression.start <= 12 and re.match(
-                r"^(?:effective|starting|beginning|as of|from|since|until|as from)\s*$", text[:expression.start],
-                re.IGNORECASE)):
+                r"^(?:effective|starting|beginning|as of|from|since|until|as from|earlier|later)\s*$",
+                text[:expression.start], re.IGNORECASE)):
             rest = text[expression.end:].lstrip(" ,")
             if len(rest.split()) >= 2:
                 return rest[:1].upper() + rest[1:]
@@ -409,6 +453,11 @@ def _without_prefix(text: str) -> tuple[str, bool]:
 _KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<value>[^:]*?\d[^:]*?)\s*[.;]?\s*$")
 
 
+_STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|from)\s+(?:on\s+)?"
+                           r"(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
+                           re.IGNORECASE)
+
+
 def is_key_value(text: str) -> bool:
     """"Authorisation rate: 94.1 percent": a named value written as a label and a number."""
     return _KEY_VALUE.match(text) is not None
@@ -422,6 +471,8 @@ def read(text: str) -> list[Reading]:
         return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
                       state=False)]
     corrected = _without_prefix(text)[1]
+    # "Starting 1 June, Carmen will manage the desk": a state with a stated start, not a plan
+    starts = bool(_STATED_START.match(_without_prefix(text)[0]))
     text = prepared(text)
     doc = nlp.parse(text)
     repaired = _verb_read_as_noun(text, doc)
@@ -471,6 +522,8 @@ def read(text: str) -> list[Reading]:
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
+            if starts and clause.modal == "will" and head is root:
+                clause.modal = None
             for reading in [*_read_clause(clause, sentence), *extra]:
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
@@ -513,6 +566,10 @@ def _verb_read_as_noun(text: str, doc: Any) -> str | None:
                 c.dep_ == "compound" and c.i < root.i for c in root.children):
             # the same error tagged the other way: "runs" a verb whose subject became its compound
             return f"{text[:root.idx]}does {root.lemma_.lower()}{text[root.idx + len(root.text):]}"
+        verb = next((c for c in root.children if c.dep_ == "dobj" and c.tag_ == "VBZ" and c.i == root.i + 1
+                     and c.lemma_.lower() in _VERB_LEXICON and root.tag_ in ("VBP", "VB")), None)
+        if verb is not None:  # "the metrics stack runs on …": "stack" taken for the verb, "runs" its object
+            return f"{text[:verb.idx]}does {verb.lemma_.lower()}{text[verb.idx + len(verb.text):]}"
         if root.pos_ in ("VERB", "AUX") or any(t.pos_ == "AUX" for t in sentence):
             continue
         for t in sentence:
@@ -566,13 +623,22 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
         readings = _relation(c, verb, change, text)
     if readings is None:
         readings = _attribute(c, verb, change, text)
+    defines: dict[str, object] = {}
+    if (base == "be" and c.attr is not None and c.subjects and (c.subjects[0].pos_ == "PROPN" or (
+            c.subjects[0].text[:1].isupper() and not any(d.dep_ == "det" for d in c.subjects[0].children)))
+            and c.attr.pos_ == "NOUN" and change == "none" and c.attr.lemma_.lower() not in _ROLE_NOUNS
+            and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
+        # "Kestrel is the team behind …", "Pixelmoor is a design studio": "the team", "the
+        # studio" and "the design studio" are Kestrel and Pixelmoor (any noun: the kind is open)
+        defines = {"defines": c.attr.lemma_.lower(), "defines_phrase": _np_text(c.attr).lower()}
+        place = _non_time([o for p in c.attr.children if p.dep_ == "prep" and p.lower_ in ("in", "at")
+                           for o in p.children if o.dep_ == "pobj"])
+        if place is not None and _is_place(place) and readings is None:
+            readings = [_replace(r, features=defines) for r in _rel(
+                [_np_text(c.subjects[0])], "located_in", _np_text(place), change, text) or []]
     if readings is None:
         subject = _np_text(c.subjects[0]) if c.subjects else None
-        features: dict[str, object] = {}
-        if (base == "be" and c.attr is not None and c.subjects and c.subjects[0].pos_ == "PROPN"
-                and c.attr.pos_ == "NOUN" and change == "none"
-                and any(d.dep_ == "det" and d.lower_ in ("the", "a", "an") for d in c.attr.children)):
-            features["defines"] = c.attr.lemma_.lower()  # "Kestrel is the team behind …": "the team" is Kestrel
+        features: dict[str, object] = dict(defines)
         rest = _predicate_text(c)
         if rest:
             features["predicate_text"] = rest
@@ -700,21 +766,34 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
-        if destination is None:
-            return None
+        if destination is None or _is_amount(destination):
+            return None  # "the price went from 30 USD to 35 USD": a value changes (an attribute)
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
         if mover is None:
             return None
+        if _is_person(destination) and not _is_personish(mover) and not (source is not None and _is_place(source)):
+            # "his projects go to Beatrix": a hand-over of work, not a place
+            rest = _predicate_text(c)
+            return [Reading("statement", subject=_np_text(mover), change=change, label=text,
+                            features={"predicate_text": rest} if rest else {})]
         if _is_place(destination):
             predicate = "located_in"
         elif _is_personish(mover):
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
-                t.lower_ in _ORG_WORDS for t in destination.subtree) else "works_on"
+                t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
         else:
             predicate = "located_in"
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
             and destination.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS
         movers = [_np_text(t) for t in (c.objects if c.objects and not c.passive else c.subjects)]
+        if base in ("switch", "change", "move") and c.objects and not c.passive and source is not None \
+                and not (_is_place(destination) and _is_place(source)) and c.objects[0].pos_ == "NOUN" \
+                and not _is_personish(destination) and all(t.lower_ in _PRONOUNS for t in c.subjects):
+            # "we switched the translation vendor from Linguo to Wordsmith": the object names a slot
+            # and the destination fills it, as "our translation vendor is Linguo" said
+            thing = c.objects[0]
+            return [_attr(_np_text(thing, _ATTRIBUTE_PREPS), None, _np_text(destination), succession, text,
+                          previous=_np_text(source), state=True)]
         if base in ("switch", "migrate") and not c.passive and product and (
                 predicate != "located_in" or base == "switch") and not _is_place(destination):
             # "the web team switched from Jenkins to GitHub Actions", "… switched the expense tool from
@@ -732,7 +811,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         if role is not None:
             return _rel(subjects, role[0], role[1], "end", text)
         assert target is not None
-        return _rel(subjects, _membership(target), _np_text(target), "end", text)
+        predicate = _membership(target)
+        if predicate == "works_on" and _is_bare_name(target) and not _is_place(target):
+            predicate = "works_for"  # "leaves Polaris Freight": as joining it, an employer
+        return _rel(subjects, predicate, _np_text(target), "end", text)
     return None
 
 
@@ -752,7 +834,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
         if base in _LOCATION_VERBS:
             # "deployed in Frankfurt and Dublin": one relation per place
-            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or [] if not _is_time(t)]
+            places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
+                c.preps.get("to") or c.preps.get("onto") if base in ("deploy", "move", "migrate", "ship") else None)
+                or [] if not _is_time(t)]  # "is deployed to AWS eu-west-1"
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings
@@ -765,8 +849,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if holder is not None and c.subjects:
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
             role = _role(c.subjects[0])
-            if role is not None:
-                return _rel([_np_text(holder)], role[0], role[1], change, text)
+            if role is not None:  # "The owners of the wiki are Tom and Ana": one relation each
+                return _rel([_np_text(h) for h in _conjuncts(holder)], role[0], role[1], change, text)
             head = c.subjects[0]
             owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
             if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
@@ -803,9 +887,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
                 return readings
     del key
     platform = _non_time(c.preps.get("on"))
+    # "runs on" a name is a platform even when the small model tags the name a place
     if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
-            and not _is_place(platform) \
-            and not _is_personish(c.subjects[0] if c.subjects else platform):
+            and c.subjects and not _is_person_named(c.subjects[0]):
         return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
@@ -830,6 +914,11 @@ def _value_of(token: Any) -> str:
         return _np_text(token)
     skip: set[int] = set()
     for child in token.children:
+        if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep") and any(
+                t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]):
+            # "70,000 EUR, not 75,000 EUR": the value corrected away is no part of the value
+            skip.update(t.i for t in child.subtree)
+            skip.update(range(token.i + 1, child.i))
         if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
                 child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a")
                                          and any(_is_time(o) for o in child.children if o.dep_ == "pobj"))):
@@ -861,7 +950,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
-    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE:
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
+                                                         and _is_amount(to)):
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,
@@ -913,11 +1003,28 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     return None
 
 
+_AMOUNT = re.compile(r"^(?P<number>\D{0,3}?\d[\d.,]*)(?:\s+(?P<tail>.*))?$")
+
+
+def _shared_unit(previous: str | None, value: str) -> str | None:
+    """"from 900 EUR to 1,050 EUR per month", "from 19 to 24 EUR": the old value is in the new
+    one's unit ("900 EUR per month", "19 EUR")."""
+    old, new = _AMOUNT.match(previous or ""), _AMOUNT.match(value)
+    if old is None or new is None or not new.group("tail"):
+        return previous
+    tail, old_tail = new.group("tail"), old.group("tail") or ""
+    if tail != old_tail and (not old_tail or tail.startswith(old_tail + " ")):
+        return f"{old.group('number')} {tail}"
+    return previous
+
+
 def _attr(name: str, facet: str | None, value: str, change: str, text: str, *, previous: str | None = None,
           schedule: bool = False, state: bool = False) -> Reading:
     if change == "negation":  # "is not planned this year": no value to hold
         return Reading("statement", subject=name, change="negation", label=text)
     attribute = f"{name} {facet}" if facet else name
+    if state and not schedule:
+        previous = _shared_unit(previous, value)
     if change == "negation":
         label = f"{attribute}: not {value}"
     else:

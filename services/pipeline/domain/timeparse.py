@@ -84,6 +84,9 @@ _P_QUARTER_WORDS = re.compile(
     re.IGNORECASE,
 )
 _P_YEAR = re.compile(r"(?<![\w.,-])(?P<y>(?:19|20)\d{2})(?![\w-])")
+# "early 2026", "by the end of 2025": somewhere in that year (said no finer)
+_P_YEAR_PART = re.compile(r"(?<![\w])(?:early|mid|late|the end of|end of|the beginning of|beginning of|the start of"
+                          r"|start of)[\s-]+(?P<y>(?:19|20)\d{2})(?![\w-])", re.IGNORECASE)
 _P_DEICTIC = re.compile(
     r"(?<![\w])(?P<w>yesterday|today|tomorrow|tonight|last night|this morning|this afternoon|this evening)(?![\w])",
     re.IGNORECASE,
@@ -283,6 +286,12 @@ def _handle_year(text: str, match: re.Match[str], anchor: date | None) -> _Core 
                  None)
 
 
+def _handle_year_part(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    year = int(match.group("y"))
+    return _Core(match.start(), match.end(), date(year, 1, 1), date(year, 12, 31), "year", False, False,
+                 match.group(), None)
+
+
 def _handle_deictic(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     word = match.group("w").lower()
     if anchor is None:
@@ -299,6 +308,15 @@ def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) 
     precision = "week" if unit == "week" else unit
     if anchor is None:
         return _Core(match.start(), match.end(), None, None, precision, True, True, None, None)
+    if rel == "this" and unit in ("month", "quarter", "year") and re.search(r"\blater\s+$", text[:match.start()],
+                                                                           re.IGNORECASE):
+        # "later this year": after the anchor, within its year (not the part already past)
+        last = (_month_last(anchor.year, anchor.month) if unit == "month" else date(anchor.year, 12, 31)
+                if unit == "year" else _month_last(anchor.year, 3 * ((anchor.month - 1) // 3) + 3))
+        first = anchor + timedelta(days=1)
+        rendered = (str(anchor.year) if unit == "year" else f"{MONTH_NAMES[anchor.month - 1]} {anchor.year}"
+                    if unit == "month" else f"Q{(anchor.month - 1) // 3 + 1} {anchor.year}")
+        return _Core(match.start(), match.end(), first, max(first, last), precision, True, True, rendered, None)
     if unit == "week":
         monday = anchor - timedelta(days=anchor.weekday()) + timedelta(weeks=step)
         return _Core(match.start(), match.end(), monday, monday + timedelta(days=6), "week", True, True,
@@ -363,6 +381,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_QUARTER, _handle_quarter),
     (_P_QUARTER_WORDS, _handle_quarter_words),
     (_P_YEAR, _handle_year),
+    (_P_YEAR_PART, _handle_year_part),
     (_P_DEICTIC, _handle_deictic),
     (_P_REL_UNIT, _handle_relative_unit),
     (_P_REL_WEEKDAY, _handle_relative_weekday),
@@ -428,6 +447,15 @@ def _range(text: str, first: _Core, second: _Core, prep_start: int) -> TimeExpre
         return TimeExpression(prep_start, second.end, phrase, first.start, second.end, None, None, None, "unknown",
                               None, relative, deictic)
     second_first, second_last, second_rendered = second.first, second.last, second.rendered
+    if first.yearless_month and first.precision == "month" and not second.relative \
+            and first.first.year != second.first.year:
+        # "from March to June 2025": the start is in the year the end names (or the one before)
+        year = second.first.year - (1 if first.first.month > second.first.month else 0)
+        moved_first, moved_last = date(year, first.first.month, 1), _month_last(year, first.first.month)
+        first = _Core(first.start, first.end, moved_first, moved_last, first.precision, False, first.deictic,
+                      f"{first.yearless_month} {year}", None)
+        relative = second.relative or first.relative
+    assert first.first is not None  # narrowed above; the moved start is a date too
     cross_year_roll = False
     if second.relative and not second.deictic and second_last < first.first:
         # "from November to February": the end is in the following year.

@@ -388,6 +388,12 @@ ANCHOR = date(2026, 9, 17)  # a Thursday
     ("in 2025", None, (2025, 1, 1), (2025, 12, 31), "year", "event_time"),
     ("since 2024", None, (2024, 1, 1), None, "open", "effective_period"),
     ("on 2026-06-01", None, (2026, 6, 1), (2026, 6, 1), "day", "event_time"),
+    # a yearless start takes the year its end names; a part of a year is that year, said no finer
+    ("from March to June 2025", None, (2025, 3, 1), (2025, 6, 30), "month", "effective_period"),
+    ("from November to February 2025", None, (2024, 11, 1), (2025, 2, 28), "month", "effective_period"),
+    ("in early 2026", None, (2026, 1, 1), (2026, 12, 31), "year", "event_time"),
+    ("by the end of 2025", None, None, (2025, 12, 31), "year", "event_time"),
+    ("later this year", "in 2026", (2026, 9, 18), (2026, 12, 31), "year", "event_time"),  # not the past part
 ])
 def test_date_resolution_table(phrase: str, replacement: str | None, start: tuple[int, int, int] | None,
                                end: tuple[int, int, int] | None, precision: str, kind: str) -> None:

@@ -36,10 +36,11 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 
 
 # F1 and windows floors per held-out group, a little under what the extractor scores now
-# (batch 3 scored F1 0.70 / windows 0.69 when it was written, before any change for it).
+# (batch 3 scored F1 0.70 / windows 0.69 when it was written, before any change for it, and
+# 0.92 / 0.96 after session 5's general readings).
 # Batch 4 was written blind (its writer never saw the extractor) and scored F1 0.62 /
 # windows 0.47 when it was added: the figure for text nobody here wrote.
-HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.75, 0.75), "batch 4": (0.58, 0.42)}
+HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.88, 0.92), "batch 4": (0.58, 0.42)}
 HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}}
 
 

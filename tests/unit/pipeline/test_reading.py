@@ -233,3 +233,111 @@ def test_a_fronted_clause_before_so_is_a_clause_of_its_own_but_not_before_a_verb
     assert owns.object == "team offsite budget"
     for text in ("Ravi owns the exporter, Dana thinks.", "Ravi owns the exporter, Dana said."):
         assert not [r for r in read(text) if r.kind == "relation"], text
+
+
+def test_a_month_run_into_its_year_is_a_time_not_a_numbered_name() -> None:
+    """"June2026" has the shape of "Lead0"; the small model tags it a person, but it is a date."""
+    (reading,) = read("The launch moved to June2026.")
+    assert (reading.kind, reading.attribute, reading.value) == ("attribute", "launch", "June2026")
+
+
+@pytest.mark.parametrize(("text", "statement"), [
+    ("The team plan price went from 30 USD to 35 USD.", "team plan price: 35 USD"),
+    ("The seat price moved from 12 EUR to 14 EUR.", "seat price: 14 EUR"),
+    ("The training budget is 70,000 EUR, not 75,000 EUR.", "training budget: 70,000 EUR"),
+    ("The hourly rate is 55 EUR and not 60 EUR.", "hourly rate: 55 EUR"),
+])
+def test_a_value_changed_or_corrected_inline_is_the_attribute_value_stated(text: str, statement: str) -> None:
+    found, _ = drafts(text)
+    assert [d.statement for d in found if d.kind == "observation"][-1] == statement
+    assert not any(d.kind == "relation" for d in found)
+
+
+def test_a_slot_switched_by_we_takes_the_new_value_and_a_named_team_uses_a_tool() -> None:
+    found, _ = drafts("We switched the translation vendor from Linguo to Wordsmith.")
+    assert [d.statement for d in found] == ["translation vendor: Linguo", "translation vendor: Wordsmith"]
+    (uses,), _ = drafts("Project Juniper runs on Kubernetes.")  # the small model tags Kubernetes a place
+    assert (uses.subject, uses.predicate, uses.object) == ("Project Juniper", "uses", "Kubernetes")
+    assert all(d.kind != "relation" for d in drafts("Priya runs on coffee.")[0])  # a person runs on nothing
+
+
+def test_work_handed_to_a_person_is_no_place_and_leaving_an_employer_ends_works_for() -> None:
+    found, _ = drafts("Anders Vik's projects go to Beatrix Lang.")
+    assert not any(d.kind == "relation" for d in found)
+    (left,), _ = drafts("Anders Vik leaves Polaris Freight.")
+    assert (left.subject, left.predicate, left.object) == ("Anders Vik", "works_for", "Polaris Freight")
+
+
+def test_a_stated_start_makes_a_state_not_a_plan() -> None:
+    start = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+    d = one("Starting 1 June 2026, Carmen Ruiz will manage the support desk.", valid_from=start)
+    assert (d.kind, d.subject, d.predicate, d.object) == ("relation", "Carmen Ruiz", "other:leads", "support desk")
+    plan = one("Carmen Ruiz will manage the support desk.")
+    assert plan.kind == "observation" and plan.predicate is None
+
+
+def parsed(document: str, said: dt.datetime = SAID) -> list[str]:
+    drafts_, _ = extract_parsed_claims(ExtractionInput(document, Passage("p", 0, len(document)), said, None))
+    return [d.claim_text for d in drafts_]
+
+
+def test_field_lines_and_list_items_take_the_thing_their_heading_names() -> None:
+    assert parsed("# Ledger service\n\n- Owner: Farid Haddad\n- Runs on Kubernetes.\n- Hosted in Frankfurt.\n") == [
+        "The owner of Ledger service is Farid Haddad.", "Ledger service runs on Kubernetes.",
+        "Ledger service is hosted in Frankfurt."]
+    assert parsed("# Component owners\n\n- Identity graph: Priya Raman\n- Search index: owned by Ana Ruiz.\n") == [
+        "The owner of Identity graph is Priya Raman.", "Search index is owned by Ana Ruiz."]
+    assert parsed("# Billing service\n\n- Region: Frankfurt\n- Status: live\n- Vendor: Stripe\n") == [
+        "Billing service is located in Frankfurt.", "Billing service is live.", "The Billing service vendor is Stripe."]
+    # a heading that names no thing lends no subject, and a role key is no speaker
+    assert parsed("# Notes\n\n- Owner: Dana Kim\n") == []
+    assert parsed("# Stand-up, 3 May\n\nOwned by Dana.\n") == ["Owned by Dana."]
+
+
+def test_comma_spliced_clauses_are_read_apart_and_a_pronoun_takes_its_sentence_s_one_person() -> None:
+    chat = ("# DM\n\n[t1 | 2026-06-03T16:01:00Z] Otto: I report to Carla Mendes, she runs the analytics group.\n")
+    assert parsed(chat) == ["Otto reports to Carla Mendes.", "Carla Mendes runs the analytics group."]
+    # a list of things after a comma is no clause
+    assert parsed("# Stack\n\nThe team owns the API, the worker and the scheduler.\n") == [
+        "The team owns the API, the worker and the scheduler."]
+
+
+def test_an_answer_s_pronoun_is_the_person_the_question_asked_about_and_the_same_day_is_the_day_told() -> None:
+    chat = ("# #platform\n\n"
+            "[t1 | 2026-09-08T11:00:00Z] Rui: Yara Haddad took over the platform squad from Lukas Berg on "
+            "1 September 2026.\n"
+            "[t2 | 2026-09-08T11:01:00Z] Mona: is Lukas leaving?\n"
+            "[t3 | 2026-09-08T11:02:00Z] Rui: no, he moved to the payments team on the same day.\n")
+    drafts_, _ = extract_parsed_claims(ExtractionInput(chat, Passage("p", 0, len(chat)), SAID, None))
+    last = drafts_[-1]
+    assert last.claim_text == "Lukas moved to the payments team on 1 September 2026."
+    assert (last.valid_from, last.valid_precision) == (dt.datetime(2026, 9, 1, tzinfo=dt.UTC), "day")
+
+
+def test_a_date_in_a_noun_s_for_phrase_names_the_thing_and_gives_no_window() -> None:
+    document = "# Budget sync, 9 September 2026\n\nThe cloud budget for Q4 is 70,000 EUR.\n"
+    drafts_, _ = extract_parsed_claims(ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))
+    (d,) = drafts_
+    assert d.claim_text == "The cloud budget for Q4 2026 is 70,000 EUR." and d.valid_precision == "unknown"
+
+
+def test_the_old_value_of_a_change_takes_the_new_value_s_unit() -> None:
+    found, _ = drafts("The support plan price increases from 900 EUR to 1,050 EUR per month.")
+    assert [d.statement for d in found] == ["support plan price: 900 EUR per month",
+                                            "support plan price: 1,050 EUR per month"]
+    found, _ = drafts("The seat price went from 19 EUR to 24 EUR per seat.")
+    assert [d.statement for d in found] == ["seat price: 19 EUR per seat", "seat price: 24 EUR per seat"]
+
+
+def test_placements_read_through_parser_slips() -> None:
+    (deployed,), _ = drafts("The fraud service is deployed to AWS eu-west-1.")  # the region split in three
+    assert (deployed.predicate, deployed.object) == ("located_in", "AWS eu-west-1")
+    (stack,), _ = drafts("The metrics stack runs on Grafana Cloud.")  # "stack" taken for the verb
+    assert (stack.subject, stack.predicate, stack.object) == ("metrics stack", "uses", "Grafana Cloud")
+
+
+def test_a_noun_compound_the_parser_split_is_one_noun_phrase() -> None:
+    (hosted,), _ = drafts("The payments API is hosted in Dublin.")  # two subjects
+    assert (hosted.subject, hosted.object) == ("payments API", "Dublin")
+    (owned,), _ = drafts("Roberto Sanz owns the payments API.")  # "API" taken for an apposition
+    assert (owned.subject, owned.object) == ("Roberto Sanz", "payments API")
