@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -64,6 +65,13 @@ from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 
 SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
+# A directory to keep the loaded stack in and reuse on the next run of the same size (the
+# 100k load alone takes minutes); unset, a temporary one.
+KEEP = os.environ.get("TESTAMENT_BENCH_KEEP")
+# Which sections to run (comma separated; default all): ops, remote, legs, bm25, vectors,
+# concurrency, bad_input.
+PARTS = set(filter(None, os.environ.get("TESTAMENT_BENCH_PARTS", "").split(","))) or {
+    "ops", "remote", "legs", "bm25", "vectors", "concurrency", "bad_input"}
 QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
 WARMUP = 5
 WRITE_BATCH = 2_000
@@ -111,12 +119,19 @@ HALF_HNSW = f"""SELECT c.claim_id FROM claims c
 # The user's plain pgvector index over the float vectors, built by the bench.
 USER_HNSW_INDEX = (f"CREATE INDEX bench_claims_float ON claims USING hnsw ((embedding::vector({DIM})) "
                    f"vector_cosine_ops) WHERE embedding_dim = {DIM}")
+USER_FTS_INDEX = "CREATE INDEX bench_claims_fts ON claims USING gin (to_tsvector('english', claim_text))"
 ORACLE = gen.ORACLE
 SLUG = "bench-scale"
 
 
 def log(message: str) -> None:
     gen.log(f"scale {message}")
+
+
+async def loaded_before(conn: asyncpg.Connection, space: uuid.UUID) -> bool:
+    """A finished load of this size: its claims, and the index built last."""
+    claims = await conn.fetchval("SELECT count(*) FROM claims WHERE space_id = $1", space)
+    return claims == SIZE and await conn.fetchval("SELECT to_regclass('bench_claims_fts') IS NOT NULL")
 
 
 class Statements:
@@ -209,26 +224,34 @@ async def run() -> list[Row]:
     rows: list[Row] = []
     vocab = gen.vocabulary()
     began = time.perf_counter()
-    async with running_stack(embedding="hash") as (stack, _port):
+    async with running_stack(embedding="hash", keep=Path(KEEP) if KEEP else None) as (stack, _port):
         assert stack.dsn is not None
         conn = await asyncpg.connect(stack.dsn)
         await register_vector(conn)
         db = await Database.connect(stack.dsn, max_size=16, query_timeout_s=120)
         pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
         try:
-            definitions = await gen.drop_hnsw_indexes(conn)
-            started = time.perf_counter()
-            corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
-            await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+            space = await conn.fetchval("SELECT space_id FROM spaces WHERE slug = $1", SLUG)
+            if space is not None and await loaded_before(conn, space):
+                # A kept database (TESTAMENT_BENCH_KEEP) already holds this size: the corpus is
+                # deterministic given its space, so it is regenerated rather than reloaded.
+                corpus = gen.synthetic(space, SIZE, vocab, 3 << 8, seed=SIZE)
+                loaded = written = indexed = 0.0
+                log(f"{SIZE:,} claims: reusing the kept database in {KEEP}")
+            else:
+                if space is not None:
+                    raise SystemExit(f"{KEEP} holds another size or an unfinished load: remove it first")
+                definitions = await gen.drop_hnsw_indexes(conn)
+                started = time.perf_counter()
+                corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
+                await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+                loaded = time.perf_counter() - started
+                written = await write_postings(db, corpus)
+                started = time.perf_counter()
+                await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX, USER_FTS_INDEX])
+                indexed = time.perf_counter() - started
+                log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
             pool.shutdown()
-            loaded = time.perf_counter() - started
-            written = await write_postings(db, corpus)
-            started = time.perf_counter()
-            await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX,
-                                             "CREATE INDEX bench_claims_fts ON claims USING gin "
-                                             "(to_tsvector('english', claim_text))"])
-            indexed = time.perf_counter() - started
-            log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
 
             retrieval = Retrieval(db, HashEmbeddings(DIM), None)
             primitives = Primitives(retrieval)
@@ -240,7 +263,7 @@ async def run() -> list[Row]:
             questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
             base: dict[str, float] = {}
             measured: dict[tuple[str, str], float] = {}
-            for who, caller in callers.items():
+            for who, caller in callers.items() if "ops" in PARTS else ():
                 ops: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]]]] = [
                     ("resolve_entity", names,
                      lambda n, c=caller: retrieval.run_operation(c, "resolve_entity", {"name": n})),
@@ -267,12 +290,19 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
-            rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
-            rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
-            rows.extend(await lexical_rows(db, retrieval, callers, questions))
-            rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
-            rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
-            rows.extend(await bad_input_rows(retrieval, primitives, corpus))
+            if "remote" in PARTS:
+                rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
+            if "legs" in PARTS:
+                rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
+            if "bm25" in PARTS:
+                rows.extend(await lexical_rows(db, retrieval, callers, questions))
+            if "vectors" in PARTS:
+                rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
+            if "concurrency" in PARTS:
+                rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
+            if "bad_input" in PARTS:
+                rows.extend(await bad_input_rows(retrieval, primitives, corpus))
+            rows[:1] = rows[:1] or [Row("scale", "load", 0, 0.0, 0.0)]
             rows[0].extra += (f"; {SIZE:,} claims, loads {loaded:.0f}s + index_text {written:.0f}s, "
                               f"indexes {indexed:.0f}s; whole run {time.perf_counter() - began:.0f}s")
         finally:

@@ -174,12 +174,12 @@ def chunk_message(row: Any) -> t.ChunkEvidenceResult:
 
 class Retrieval:
     def __init__(self, database: Any, embedder: Embedder, graph: GraphExpansion | None, *,
-                 redact: Callable[[str, Caller], str] | None = None, weights: FusionWeights | None = None
-                 ) -> None:
+                 redact: Callable[[str, Caller], str] | None = None, weights: FusionWeights | None = None,
+                 fact_depth: int = NOMINATE) -> None:
         self.database = database
         self.weights = weights or weights_for(embedder.model)
         # Facts: plain reciprocal rank over every nominee, as before, with the evidence's entity lift.
-        self.fact_weights = FusionWeights(k=RRF_K, depth=NOMINATE, entity_lift=self.weights.entity_lift)
+        self.fact_weights = FusionWeights(k=RRF_K, depth=fact_depth, entity_lift=self.weights.entity_lift)
         self.embedder = embedder
         self.graph = graph
         self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
@@ -355,8 +355,9 @@ class Retrieval:
                     return env
             scope_ids = list(dict.fromkeys([*(entity_ids or []), *expanded]))[:EXPANSION_CAP]
             filters = db.Filters(entity_ids=scope_ids, predicate=predicate or None)
-            legs = [lambda c: self.legs.semantic(c, "fact", caller, vector, NOMINATE, filters=filters),
-                    lambda c: self.legs.lexical(c, "fact", caller, query, NOMINATE, filters=filters)]
+            depth = self.fact_weights.depth
+            legs = [lambda c: self.legs.semantic(c, "fact", caller, vector, depth, filters=filters),
+                    lambda c: self.legs.lexical(c, "fact", caller, query, depth, filters=filters)]
             if not entity_ids:  # entity profiles: facts of the best-matching entities join the fusion
                 legs.append(lambda c: self.legs.semantic(c, "entity", caller, vector, EXPANSION_CAP))
             semantic, lexical, *rest = await self.concurrently(conn, legs)
@@ -366,13 +367,13 @@ class Retrieval:
                 profiles = rest[0]
                 if profiles:
                     channels["entity_profile"] = await db.facts_of_entities(conn, caller.space_id,
-                                                                            [p for p, _ in profiles], NOMINATE)
+                                                                            [p for p, _ in profiles], depth)
             named: frozenset[uuid.UUID] = frozenset()
             if not entity_ids:  # anchors already confine the facts to their entities
                 entities = await db.named_entities(conn, caller, name_keys(query))
                 if entities:
-                    named = frozenset(await db.facts_of_entities(conn, caller.space_id, entities, NOMINATE))
-            fused = fuse_facts(channels, self.fact_weights, named=named)[:NOMINATE]
+                    named = frozenset(await db.facts_of_entities(conn, caller.space_id, entities, depth))
+            fused = fuse_facts(channels, self.fact_weights, named=named)[:depth]
             confirmed: list[Any] = []
             dropped = 0
             for start in range(0, len(fused), 50):  # confirm in batches until k+1 hold
