@@ -52,6 +52,8 @@ FULL_VIEW_SHARE = 0.9
 DIRECT_PRINCIPALS_MAX = 64
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
+# An unrestricted HNSW walk keeps this many candidates per row it must return (ef_search).
+HNSW_EF_PER_ROW = 4
 # The semantic chunk leg scores a chunk by the mean of two cosine distances: its best unit's
 # (turn, block) and its whole text's. On the labelled set (MiniLM) chunk-semantic recall@10,
 # even/odd questions: whole text 0.718/0.722, best unit 0.714/0.650, both 0.768/0.744; the
@@ -247,7 +249,7 @@ class SearchLegs:
             self.plans.append("hnsw")
             order = "strict_order" if restricted else "relaxed_order"
             fanout = UNITS_PER_CHUNK_HIT if grouped else 1
-            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * fanout * 4))
+            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * fanout * HNSW_EF_PER_ROW))
             # One round trip for the three settings (a simple-protocol batch).
             await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'; SET LOCAL hnsw.ef_search = {ef_search}; "
                                "SET LOCAL hnsw.max_scan_tuples = 200000")
@@ -421,27 +423,17 @@ async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Seq
         caller.space_id, principals(caller), list(fact_ids), per_stance)
 
 
-async def evidence_totals(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
-                          ) -> dict[tuple[uuid.UUID, str], int]:
+async def evidence_tallies(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
+                          ) -> tuple[dict[uuid.UUID, int], dict[tuple[uuid.UUID, str], int]]:
+    """For each fact, from its visible current evidence only (counts never include what the
+    caller cannot see): the distinct documents that support it, and the claims per stance."""
     rows = await conn.fetch(
-        f"""SELECT e.fact_id, e.stance, count(*) AS n FROM fact_evidence e
-             JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
+        f"""SELECT e.fact_id, e.stance, count(*) AS n, count(DISTINCT c.doc_id) AS docs FROM fact_evidence e
+              JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
              WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony AND {CLAIM_VISIBLE}
              GROUP BY e.fact_id, e.stance""", caller.space_id, principals(caller), list(fact_ids))
-    return {(r["fact_id"], r["stance"]): r["n"] for r in rows}
-
-
-async def visible_evidence_counts(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
-                                  ) -> dict[uuid.UUID, int]:
-    """Distinct visible current documents supporting each fact (counts never include what the
-    caller cannot see)."""
-    rows = await conn.fetch(
-        f"""SELECT e.fact_id, count(DISTINCT c.doc_id) AS n FROM fact_evidence e
-              JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
-             WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND e.stance = 'supports'
-               AND c.is_current_testimony AND {CLAIM_VISIBLE}
-             GROUP BY e.fact_id""", caller.space_id, principals(caller), list(fact_ids))
-    return {r["fact_id"]: r["n"] for r in rows}
+    return ({r["fact_id"]: r["docs"] for r in rows if r["stance"] == "supports"},
+            {(r["fact_id"], r["stance"]): r["n"] for r in rows})
 
 
 async def co_members(conn: asyncpg.Connection, caller: Caller, groups: Sequence[uuid.UUID], limit: int = 25
