@@ -249,23 +249,34 @@ class SearchLegs:
             self.plans.append("hnsw")
             order = "strict_order" if restricted else "relaxed_order"
             fanout = UNITS_PER_CHUNK_HIT if grouped else 1
-            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * fanout * HNSW_EF_PER_ROW))
-            # One round trip for the three settings (a simple-protocol batch).
-            await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'; SET LOCAL hnsw.ef_search = {ef_search}; "
-                               "SET LOCAL hnsw.max_scan_tuples = 200000")
+
+            def walk(rows: int) -> str:
+                """The settings of a walk for ``rows`` rows, as one simple-protocol batch (one round trip)."""
+                ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, rows * HNSW_EF_PER_ROW))
+                return (f"SET LOCAL hnsw.iterative_scan = '{order}'; SET LOCAL hnsw.ef_search = {ef_search}; "
+                        "SET LOCAL hnsw.max_scan_tuples = 200000")
+
             # Each graph orders by its own (half-precision, migrations 0013 and 0015) distance;
             # the score and the final order are the float distance.
             def graph(target: dict[str, str]) -> str:
                 return f"{target['vec']}::{target['graph']}({dim}) <=> $3::vector({dim})::{target['graph']}({dim})"
+            near: list[uuid.UUID] = []
+            if grouped:
+                # The nearest whole chunks, in a walk of their own: it needs k rows, the unit walk
+                # below k * fanout (one shared walk cost the chunk graph four times the width).
+                c = _TARGETS["chunk"]
+                await conn.execute(walk(k))
+                near = [r[0] for r in await conn.fetch(
+                    f"SELECT {c['id']} FROM {c['table']} WHERE {c['space']} = $1 AND {c['dim']} = {dim} "
+                    f"AND {c['where']} {extra} ORDER BY {graph(c)} LIMIT $4", *args)]
+            await conn.execute(walk(k * fanout))
             sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
                    f"{base} ORDER BY {graph(t)} LIMIT $4 * {fanout}) ")
             if grouped:
                 # Nominated by the nearest units and the nearest whole chunks, then scored exactly.
-                c = _TARGETS["chunk"]
-                sql += (f", near AS MATERIALIZED (SELECT {c['id']} AS id FROM {c['table']} WHERE {c['space']} = $1 "
-                        f"AND {c['dim']} = {dim} AND {c['where']} {extra} ORDER BY {graph(c)} LIMIT $4) "
-                        + _chunk_scores(f"FROM {t['table']} WHERE {t['space']} = $1 "
-                                        f"AND {t['id']} IN (SELECT id FROM hits UNION SELECT id FROM near)"))
+                sql += _chunk_scores(f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} IN "
+                                     f"(SELECT id FROM hits UNION SELECT unnest(${len(args) + 1}::uuid[]))")
+                args.append(near)
             else:
                 sql += "SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id"
             rows = await conn.fetch(sql, *args)
