@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import multiprocessing
 import os
 import statistics
@@ -54,6 +55,7 @@ from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench import bench_retrieval as gen
 from bench._common import Row, percentiles, running_stack
+from bench.bench_quality import OLD_DEPTHS
 from services.pipeline.adapters.store import index_text
 from services.platform.auth import Caller, Scope
 from services.platform.credentials_pg import PgCredentials
@@ -68,10 +70,10 @@ SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
 # A directory to keep the loaded stack in and reuse on the next run of the same size (the
 # 100k load alone takes minutes); unset, a temporary one.
 KEEP = os.environ.get("TESTAMENT_BENCH_KEEP")
-# Which sections to run (comma separated; default all): ops, remote, legs, bm25, vectors,
-# concurrency, bad_input.
+# Which sections to run (comma separated; default all): ops, remote, depths, legs, bm25,
+# vectors, concurrency, bad_input.
 PARTS = set(filter(None, os.environ.get("TESTAMENT_BENCH_PARTS", "").split(","))) or {
-    "ops", "remote", "legs", "bm25", "vectors", "concurrency", "bad_input"}
+    "ops", "remote", "depths", "legs", "bm25", "vectors", "concurrency", "bad_input"}
 QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
 WARMUP = 5
 WRITE_BATCH = 2_000
@@ -292,6 +294,8 @@ async def run() -> list[Row]:
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
             if "remote" in PARTS:
                 rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
+            if "depths" in PARTS:
+                rows.extend(await depths_rows(db, retrieval, callers["trusted"], questions))
             if "legs" in PARTS:
                 rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
             if "bm25" in PARTS:
@@ -299,7 +303,7 @@ async def run() -> list[Row]:
             if "vectors" in PARTS:
                 rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
             if "concurrency" in PARTS:
-                rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
+                rows.extend(await concurrency_rows(db, retrieval, callers["trusted"], questions))
             if "bad_input" in PARTS:
                 rows.extend(await bad_input_rows(retrieval, primitives, corpus))
             rows[:1] = rows[:1] or [Row("scale", "load", 0, 0.0, 0.0)]
@@ -363,6 +367,36 @@ async def remote_rows(stack: Any, port: int, db: Database, questions: Sequence[s
                                     p50, p95, baseline_p50_ms=in_process.get((who, name)),
                                     extra="baseline: the same call and caller in process"))
                     log(f"{name} {who} {door}: p50 {p50:.1f} p95 {p95:.1f}")
+    return rows
+
+
+def old_depths(db: Database, retrieval: Retrieval) -> Retrieval:
+    """The service as it was before #15 sized its candidate depths (the bench's hash weights)."""
+    return Retrieval(db, retrieval.embedder, None, fact_depth=OLD_DEPTHS["fact"],
+                     weights=dataclasses.replace(retrieval.weights, depth=OLD_DEPTHS["lexical"]))
+
+
+async def depths_rows(db: Database, retrieval: Retrieval, caller: Caller, questions: Sequence[str]) -> list[Row]:
+    """The assured operations with the candidate depths they had before #15 and with the
+    service's, the same question alternately on each (the same load for both)."""
+    old = old_depths(db, retrieval)
+    rows: list[Row] = []
+    for op in ("facts_context", "claims_and_sources_context", "combined_context"):
+        samples: dict[str, list[float]] = {"before": [], "now": []}
+        for i, q in enumerate(questions):
+            order = (("before", old), ("now", retrieval))
+            for label, which in order if i % 2 else order[::-1]:
+                started = time.perf_counter()
+                await which.run_operation(caller, op, {"query": q})
+                if i >= WARMUP:
+                    samples[label].append(time.perf_counter() - started)
+        before = percentiles(samples["before"])
+        rows.append(Row("scale-depths", f"{op}, depths before #15", len(samples["before"]), *before,
+                        extra=f"evidence {OLD_DEPTHS['lexical']}, fact legs {OLD_DEPTHS['fact']}"))
+        rows.append(Row("scale-depths", f"{op}, the service's depths", len(samples["now"]),
+                        *percentiles(samples["now"]), baseline_p50_ms=before[0],
+                        extra=f"evidence {retrieval.weights.depth}, fact legs {retrieval.fact_weights.depth}"))
+        log(f"{op} depths before/now p50 {before[0]:.1f} / {rows[-1].p50_ms:.1f}")
     return rows
 
 
@@ -502,28 +536,33 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
     return rows
 
 
-async def concurrency_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[str]) -> list[Row]:
+async def concurrency_rows(db: Database, retrieval: Retrieval, caller: Caller, questions: Sequence[str]
+                           ) -> list[Row]:
+    """claims_and_sources_context at 1, 4 and 16 callers, with the depths before #15 (the
+    baseline of each line) and with the service's."""
     rows: list[Row] = []
-    base = None
     for callers in (1, 4, 16):
-        queue = list(questions) * max(1, callers // 2)
-        samples: list[float] = []
+        base = None
+        for label, which in (("depths before #15", old_depths(db, retrieval)), ("service", retrieval)):
+            queue = list(questions) * max(1, callers // 2)
+            samples: list[float] = []
 
-        async def worker(queue: list[str], samples: list[float]) -> None:
-            while queue:
-                q = queue.pop()
-                started = time.perf_counter()
-                await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q})
-                samples.append(time.perf_counter() - started)
+            async def worker(queue: list[str], samples: list[float], which: Retrieval = which) -> None:
+                while queue:
+                    q = queue.pop()
+                    started = time.perf_counter()
+                    await which.run_operation(caller, "claims_and_sources_context", {"query": q})
+                    samples.append(time.perf_counter() - started)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(queue, samples) for _ in range(callers)))
-        wall = time.perf_counter() - started
-        p = percentiles(samples)
-        base = base or p[0]
-        rows.append(Row("scale-concurrency", f"claims_and_sources_context, {callers} concurrent", len(samples), *p,
-                        baseline_p50_ms=base, extra=f"{len(samples) / wall:.1f} calls/s (pool of 16 connections, "
-                                                    f"one process)"))
+            started = time.perf_counter()
+            await asyncio.gather(*(worker(queue, samples) for _ in range(callers)))
+            wall = time.perf_counter() - started
+            p = percentiles(samples)
+            base = base or p[0]
+            rows.append(Row("scale-concurrency", f"claims_and_sources_context, {callers} concurrent, {label}",
+                            len(samples), *p, baseline_p50_ms=base,
+                            extra=f"{len(samples) / wall:.1f} calls/s (pool of 16 connections, one process)"))
+            log(f"{callers} concurrent, {label}: p50 {p[0]:.1f} p95 {p[1]:.1f}, {len(samples) / wall:.1f} calls/s")
     return rows
 
 

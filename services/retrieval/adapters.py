@@ -442,7 +442,7 @@ async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Seq
 
 
 async def evidence_tallies(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
-                          ) -> tuple[dict[uuid.UUID, int], dict[tuple[uuid.UUID, str], int]]:
+                           ) -> tuple[dict[uuid.UUID, int], dict[tuple[uuid.UUID, str], int]]:
     """For each fact, from its visible current evidence only (counts never include what the
     caller cannot see): the distinct documents that support it, and the claims per stance."""
     rows = await conn.fetch(
