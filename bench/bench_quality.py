@@ -40,6 +40,9 @@ LATENCY_QUERIES = 120
 FIRST_STAGE = "claims_and_sources, 1st stage only"
 HALVES = ("baseline: Okapi BM25, raw units", "baseline: dense, raw units", "chunks alone, bm25",
           "claims_and_sources_context", FIRST_STAGE, "combined_context")
+# The candidate depths before #15 sized them (evidence legs per embedder kind, fact legs).
+OLD_DEPTHS = {"lexical": 200, "semantic": 30, "fact": 200}
+OLD = ", old depths"
 FILLER_COPIES = 10  # 6 conversations x 10 copies: ~5k turns and blocks with the labelled set
 
 
@@ -131,6 +134,12 @@ async def _rankings(dsn: str, embedder: EmbeddingProvider, sets: list[labelled.L
         systems[FIRST_STAGE] = (await quality.testament_rankings(
             first, Primitives(first), caller, questions, quality.UnitMap(docs),
             operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
+        # The operations with the candidate depths they had before #15 measured them, same run.
+        before = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, depth=OLD_DEPTHS[
+            "lexical" if embedder.model.startswith("hash-") else "semantic"]), fact_depth=OLD_DEPTHS["fact"])
+        for name, ranked in (await quality.testament_rankings(before, Primitives(before), caller, questions,
+                                                              quality.UnitMap(docs), channels=())).items():
+            systems[f"{name}{OLD}"] = ranked
         log(f"asked {len(questions)} questions of every system in {time.perf_counter() - started:.1f} s")
     finally:
         await db.close()
@@ -145,7 +154,8 @@ def _ratio_rows(title: str, questions: list[labelled.Question], results: dict) -
         r10 = results[name]["all"].recall[10]
         rows.append(Row("quality", f"{name} recall@10{title}", len(questions), 0.0, 0.0,
                         extra=f"{r10:.3f} = {r10 / bm25_r10:.2f}x BM25 baseline ({bm25_r10:.3f}), "
-                              f"dense baseline {dense_r10:.3f} {r10 - dense_r10:+.3f}"))
+                              f"dense baseline {dense_r10:.3f} {r10 - dense_r10:+.3f}; with the depths before "
+                              f"#15 {results[name + OLD]['all'].recall[10]:.3f}"))
     return rows
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import multiprocessing
 import os
 import statistics
@@ -41,6 +42,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -53,6 +55,7 @@ from testament.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench import bench_retrieval as gen
 from bench._common import Row, percentiles, running_stack
+from bench.bench_quality import OLD_DEPTHS
 from services.pipeline.adapters.store import index_text
 from services.platform.auth import Caller, Scope
 from services.platform.credentials_pg import PgCredentials
@@ -64,6 +67,13 @@ from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 
 SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
+# A directory to keep the loaded stack in and reuse on the next run of the same size (the
+# 100k load alone takes minutes); unset, a temporary one.
+KEEP = os.environ.get("TESTAMENT_BENCH_KEEP")
+# Which sections to run (comma separated; default all): ops, remote, depths, legs, bm25,
+# vectors, concurrency, bad_input.
+PARTS = set(filter(None, os.environ.get("TESTAMENT_BENCH_PARTS", "").split(","))) or {
+    "ops", "remote", "depths", "legs", "bm25", "vectors", "concurrency", "bad_input"}
 QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
 WARMUP = 5
 WRITE_BATCH = 2_000
@@ -111,12 +121,19 @@ HALF_HNSW = f"""SELECT c.claim_id FROM claims c
 # The user's plain pgvector index over the float vectors, built by the bench.
 USER_HNSW_INDEX = (f"CREATE INDEX bench_claims_float ON claims USING hnsw ((embedding::vector({DIM})) "
                    f"vector_cosine_ops) WHERE embedding_dim = {DIM}")
+USER_FTS_INDEX = "CREATE INDEX bench_claims_fts ON claims USING gin (to_tsvector('english', claim_text))"
 ORACLE = gen.ORACLE
 SLUG = "bench-scale"
 
 
 def log(message: str) -> None:
     gen.log(f"scale {message}")
+
+
+async def loaded_before(conn: asyncpg.Connection, space: uuid.UUID) -> bool:
+    """A finished load of this size: its claims, and the index built last."""
+    claims = await conn.fetchval("SELECT count(*) FROM claims WHERE space_id = $1", space)
+    return claims == SIZE and await conn.fetchval("SELECT to_regclass('bench_claims_fts') IS NOT NULL")
 
 
 class Statements:
@@ -209,26 +226,34 @@ async def run() -> list[Row]:
     rows: list[Row] = []
     vocab = gen.vocabulary()
     began = time.perf_counter()
-    async with running_stack(embedding="hash") as (stack, _port):
+    async with running_stack(embedding="hash", keep=Path(KEEP) if KEEP else None) as (stack, _port):
         assert stack.dsn is not None
         conn = await asyncpg.connect(stack.dsn)
         await register_vector(conn)
         db = await Database.connect(stack.dsn, max_size=16, query_timeout_s=120)
         pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
         try:
-            definitions = await gen.drop_hnsw_indexes(conn)
-            started = time.perf_counter()
-            corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
-            await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+            space = await conn.fetchval("SELECT space_id FROM spaces WHERE slug = $1", SLUG)
+            if space is not None and await loaded_before(conn, space):
+                # A kept database (TESTAMENT_BENCH_KEEP) already holds this size: the corpus is
+                # deterministic given its space, so it is regenerated rather than reloaded.
+                corpus = gen.synthetic(space, SIZE, vocab, 3 << 8, seed=SIZE)
+                loaded = written = indexed = 0.0
+                log(f"{SIZE:,} claims: reusing the kept database in {KEEP}")
+            else:
+                if space is not None:
+                    raise SystemExit(f"{KEEP} holds another size or an unfinished load: remove it first")
+                definitions = await gen.drop_hnsw_indexes(conn)
+                started = time.perf_counter()
+                corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
+                await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+                loaded = time.perf_counter() - started
+                written = await write_postings(db, corpus)
+                started = time.perf_counter()
+                await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX, USER_FTS_INDEX])
+                indexed = time.perf_counter() - started
+                log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
             pool.shutdown()
-            loaded = time.perf_counter() - started
-            written = await write_postings(db, corpus)
-            started = time.perf_counter()
-            await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX,
-                                             "CREATE INDEX bench_claims_fts ON claims USING gin "
-                                             "(to_tsvector('english', claim_text))"])
-            indexed = time.perf_counter() - started
-            log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
 
             retrieval = Retrieval(db, HashEmbeddings(DIM), None)
             primitives = Primitives(retrieval)
@@ -240,7 +265,7 @@ async def run() -> list[Row]:
             questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
             base: dict[str, float] = {}
             measured: dict[tuple[str, str], float] = {}
-            for who, caller in callers.items():
+            for who, caller in callers.items() if "ops" in PARTS else ():
                 ops: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]]]] = [
                     ("resolve_entity", names,
                      lambda n, c=caller: retrieval.run_operation(c, "resolve_entity", {"name": n})),
@@ -267,12 +292,21 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
-            rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
-            rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
-            rows.extend(await lexical_rows(db, retrieval, callers, questions))
-            rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
-            rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
-            rows.extend(await bad_input_rows(retrieval, primitives, corpus))
+            if "remote" in PARTS:
+                rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
+            if "depths" in PARTS:
+                rows.extend(await depths_rows(db, retrieval, callers["trusted"], questions))
+            if "legs" in PARTS:
+                rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
+            if "bm25" in PARTS:
+                rows.extend(await lexical_rows(db, retrieval, callers, questions))
+            if "vectors" in PARTS:
+                rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
+            if "concurrency" in PARTS:
+                rows.extend(await concurrency_rows(db, retrieval, callers["trusted"], questions))
+            if "bad_input" in PARTS:
+                rows.extend(await bad_input_rows(retrieval, primitives, corpus))
+            rows[:1] = rows[:1] or [Row("scale", "load", 0, 0.0, 0.0)]
             rows[0].extra += (f"; {SIZE:,} claims, loads {loaded:.0f}s + index_text {written:.0f}s, "
                               f"indexes {indexed:.0f}s; whole run {time.perf_counter() - began:.0f}s")
         finally:
@@ -333,6 +367,36 @@ async def remote_rows(stack: Any, port: int, db: Database, questions: Sequence[s
                                     p50, p95, baseline_p50_ms=in_process.get((who, name)),
                                     extra="baseline: the same call and caller in process"))
                     log(f"{name} {who} {door}: p50 {p50:.1f} p95 {p95:.1f}")
+    return rows
+
+
+def old_depths(db: Database, retrieval: Retrieval) -> Retrieval:
+    """The service as it was before #15 sized its candidate depths (the bench's hash weights)."""
+    return Retrieval(db, retrieval.embedder, None, fact_depth=OLD_DEPTHS["fact"],
+                     weights=dataclasses.replace(retrieval.weights, depth=OLD_DEPTHS["lexical"]))
+
+
+async def depths_rows(db: Database, retrieval: Retrieval, caller: Caller, questions: Sequence[str]) -> list[Row]:
+    """The assured operations with the candidate depths they had before #15 and with the
+    service's, the same question alternately on each (the same load for both)."""
+    old = old_depths(db, retrieval)
+    rows: list[Row] = []
+    for op in ("facts_context", "claims_and_sources_context", "combined_context"):
+        samples: dict[str, list[float]] = {"before": [], "now": []}
+        for i, q in enumerate(questions):
+            order = (("before", old), ("now", retrieval))
+            for label, which in order if i % 2 else order[::-1]:
+                started = time.perf_counter()
+                await which.run_operation(caller, op, {"query": q})
+                if i >= WARMUP:
+                    samples[label].append(time.perf_counter() - started)
+        before = percentiles(samples["before"])
+        rows.append(Row("scale-depths", f"{op}, depths before #15", len(samples["before"]), *before,
+                        extra=f"evidence {OLD_DEPTHS['lexical']}, fact legs {OLD_DEPTHS['fact']}"))
+        rows.append(Row("scale-depths", f"{op}, the service's depths", len(samples["now"]),
+                        *percentiles(samples["now"]), baseline_p50_ms=before[0],
+                        extra=f"evidence {retrieval.weights.depth}, fact legs {retrieval.fact_weights.depth}"))
+        log(f"{op} depths before/now p50 {before[0]:.1f} / {rows[-1].p50_ms:.1f}")
     return rows
 
 
@@ -472,28 +536,33 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
     return rows
 
 
-async def concurrency_rows(retrieval: Retrieval, caller: Caller, questions: Sequence[str]) -> list[Row]:
+async def concurrency_rows(db: Database, retrieval: Retrieval, caller: Caller, questions: Sequence[str]
+                           ) -> list[Row]:
+    """claims_and_sources_context at 1, 4 and 16 callers, with the depths before #15 (the
+    baseline of each line) and with the service's."""
     rows: list[Row] = []
-    base = None
     for callers in (1, 4, 16):
-        queue = list(questions) * max(1, callers // 2)
-        samples: list[float] = []
+        base = None
+        for label, which in (("depths before #15", old_depths(db, retrieval)), ("service", retrieval)):
+            queue = list(questions) * max(1, callers // 2)
+            samples: list[float] = []
 
-        async def worker(queue: list[str], samples: list[float]) -> None:
-            while queue:
-                q = queue.pop()
-                started = time.perf_counter()
-                await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q})
-                samples.append(time.perf_counter() - started)
+            async def worker(queue: list[str], samples: list[float], which: Retrieval = which) -> None:
+                while queue:
+                    q = queue.pop()
+                    started = time.perf_counter()
+                    await which.run_operation(caller, "claims_and_sources_context", {"query": q})
+                    samples.append(time.perf_counter() - started)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(queue, samples) for _ in range(callers)))
-        wall = time.perf_counter() - started
-        p = percentiles(samples)
-        base = base or p[0]
-        rows.append(Row("scale-concurrency", f"claims_and_sources_context, {callers} concurrent", len(samples), *p,
-                        baseline_p50_ms=base, extra=f"{len(samples) / wall:.1f} calls/s (pool of 16 connections, "
-                                                    f"one process)"))
+            started = time.perf_counter()
+            await asyncio.gather(*(worker(queue, samples) for _ in range(callers)))
+            wall = time.perf_counter() - started
+            p = percentiles(samples)
+            base = base or p[0]
+            rows.append(Row("scale-concurrency", f"claims_and_sources_context, {callers} concurrent, {label}",
+                            len(samples), *p, baseline_p50_ms=base,
+                            extra=f"{len(samples) / wall:.1f} calls/s (pool of 16 connections, one process)"))
+            log(f"{callers} concurrent, {label}: p50 {p[0]:.1f} p95 {p[1]:.1f}, {len(samples) / wall:.1f} calls/s")
     return rows
 
 

@@ -52,11 +52,23 @@ FULL_VIEW_SHARE = 0.9
 DIRECT_PRINCIPALS_MAX = 64
 RESTRICTED_EXACT_SCAN_MAX = 100_000
 HNSW_EF_MAX = 1000
+# An unrestricted HNSW walk keeps this many candidates per row it must return (ef_search).
+HNSW_EF_PER_ROW = 4
 # The semantic chunk leg scores a chunk by the mean of two cosine distances: its best unit's
 # (turn, block) and its whole text's. On the labelled set (MiniLM) chunk-semantic recall@10,
 # even/odd questions: whole text 0.718/0.722, best unit 0.714/0.650, both 0.768/0.744; the
 # chunk's vector as the mean of its units' 0.677/0.670, so the whole text is embedded too.
-_CHUNK_DISTANCE = "(min(u.embedding <=> $3) + min(c.embedding <=> $3)) / 2"
+# Both distances are taken per row before grouping (OFFSET 0 keeps the planner from folding
+# them into the aggregate), so the grouping sorts (id, distance) pairs, not rows wide with
+# two vectors (those spilled to disk: 150 ms for 7.5k units).
+_CHUNK_DISTANCE = "(min(s.unit_distance) + min(s.chunk_distance)) / 2"
+
+
+def _chunk_scores(rows: str) -> str:
+    """Chunks scored by ``_CHUNK_DISTANCE`` over ``rows`` (a FROM … WHERE … of chunk units), best first."""
+    return (f"SELECT s.id, 1 - {_CHUNK_DISTANCE} AS score FROM (SELECT c.chunk_id AS id, "
+            f"u.embedding <=> $3 AS unit_distance, c.embedding <=> $3 AS chunk_distance {rows} OFFSET 0) s "
+            f"GROUP BY s.id ORDER BY {_CHUNK_DISTANCE}, s.id LIMIT $4")
 # Its HNSW walk reads this many unit hits per chunk wanted (a chunk holds about three turns
 # or blocks; several of them may be near one query).
 UNITS_PER_CHUNK_HIT = 4
@@ -216,8 +228,7 @@ class SearchLegs:
             self.plans.append("exact")
             rows: list[Any] = []
             if grouped:
-                rows = await conn.fetch(f"SELECT {t['id']} AS id, 1 - {_CHUNK_DISTANCE} AS score {base} "
-                                        f"GROUP BY {t['id']} ORDER BY {_CHUNK_DISTANCE}, {t['id']} LIMIT $4", *args)
+                rows = await conn.fetch(_chunk_scores(base), *args)
             elif not (restricted or extra) and eligible > k:
                 # The caller sees (nearly) everything: take the nearest rows by distance alone
                 # (a bounded top-N), then probe visibility in that order until k hold; checking
@@ -238,24 +249,34 @@ class SearchLegs:
             self.plans.append("hnsw")
             order = "strict_order" if restricted else "relaxed_order"
             fanout = UNITS_PER_CHUNK_HIT if grouped else 1
-            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * fanout * 4))
-            await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{order}'")
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
-            await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
+
+            def walk(rows: int) -> str:
+                """The settings of a walk for ``rows`` rows, as one simple-protocol batch (one round trip)."""
+                ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, rows * HNSW_EF_PER_ROW))
+                return (f"SET LOCAL hnsw.iterative_scan = '{order}'; SET LOCAL hnsw.ef_search = {ef_search}; "
+                        "SET LOCAL hnsw.max_scan_tuples = 200000")
+
             # Each graph orders by its own (half-precision, migrations 0013 and 0015) distance;
             # the score and the final order are the float distance.
             def graph(target: dict[str, str]) -> str:
                 return f"{target['vec']}::{target['graph']}({dim}) <=> $3::vector({dim})::{target['graph']}({dim})"
+            near: list[uuid.UUID] = []
+            if grouped:
+                # The nearest whole chunks, in a walk of their own: it needs k rows, the unit walk
+                # below k * fanout (one shared walk cost the chunk graph four times the width).
+                c = _TARGETS["chunk"]
+                await conn.execute(walk(k))
+                near = [r[0] for r in await conn.fetch(
+                    f"SELECT {c['id']} FROM {c['table']} WHERE {c['space']} = $1 AND {c['dim']} = {dim} "
+                    f"AND {c['where']} {extra} ORDER BY {graph(c)} LIMIT $4", *args)]
+            await conn.execute(walk(k * fanout))
             sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
                    f"{base} ORDER BY {graph(t)} LIMIT $4 * {fanout}) ")
             if grouped:
                 # Nominated by the nearest units and the nearest whole chunks, then scored exactly.
-                c = _TARGETS["chunk"]
-                sql += (f", near AS MATERIALIZED (SELECT {c['id']} AS id FROM {c['table']} WHERE {c['space']} = $1 "
-                        f"AND {c['dim']} = {dim} AND {c['where']} {extra} ORDER BY {graph(c)} LIMIT $4) "
-                        f"SELECT {t['id']} AS id, 1 - {_CHUNK_DISTANCE} AS score FROM {t['table']} "
-                        f"WHERE {t['space']} = $1 AND {t['id']} IN (SELECT id FROM hits UNION SELECT id FROM near) "
-                        f"GROUP BY {t['id']} ORDER BY {_CHUNK_DISTANCE}, {t['id']} LIMIT $4")
+                sql += _chunk_scores(f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} IN "
+                                     f"(SELECT id FROM hits UNION SELECT unnest(${len(args) + 1}::uuid[]))")
+                args.append(near)
             else:
                 sql += "SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id"
             rows = await conn.fetch(sql, *args)
@@ -319,8 +340,7 @@ class SearchLegs:
         # lookup in the term index; without it the planner may hash-join every posting of
         # the kind.
         where, where_args = filters.render(kind, 7)
-        rows = await conn.fetch(
-            f"""WITH d AS MATERIALIZED (
+        exhaustive = f"""WITH d AS MATERIALIZED (
                        SELECT term, sum(df)::float8 AS df FROM bm25_df
                         WHERE space_id = $1 AND target_kind = $3 AND term = ANY($4::text[]) GROUP BY term),
                      s AS MATERIALIZED (
@@ -337,14 +357,22 @@ class SearchLegs:
                                 SELECT term, target_id, tf, length FROM bm25_postings
                                  WHERE space_id = $1 AND target_kind = $3 AND term = q.term LIMIT $5) p
                         GROUP BY p.target_id)
-                SELECT NULL::uuid AS id, NULL::float8 AS score, n, total, postings FROM s
+                SELECT NULL::uuid AS id, NULL::float8 AS score, n, total, postings,
+                       (SELECT count(*) FROM ranked) AS scored FROM s
                 UNION ALL
-                (SELECT r.target_id, r.score, NULL, NULL, NULL
-                   FROM (SELECT * FROM ranked ORDER BY score DESC, target_id OFFSET 0) r
+                (SELECT r.target_id, r.score, NULL, NULL, NULL, NULL
+                   FROM (SELECT * FROM ranked ORDER BY score DESC, target_id LIMIT ${7 + len(where_args)}) r
                   WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.target_id
                             AND {t['where']} {where} LIMIT 1)
-                  LIMIT $6)""",
-            caller.space_id, principals(caller), kind, terms, lexical.BM25_EXHAUSTIVE_MAX, k, *where_args)
+                  LIMIT $6)"""
+        # A caller who sees everything (no principals, no filter) probes a bounded top-N of
+        # the scores instead of sorting all of them (~14k targets for a common word at 100k
+        # claims); should too few of those be visible, the unbounded statement answers.
+        bound = 2 * k + 20 if caller.principals is None and not where else None
+        args = (caller.space_id, principals(caller), kind, terms, lexical.BM25_EXHAUSTIVE_MAX, k, *where_args)
+        rows = await conn.fetch(exhaustive, *args, bound)
+        if bound is not None and len(rows) - 1 < k and rows[0]["scored"] > bound:
+            rows = await conn.fetch(exhaustive, *args, None)
         stats = rows[0]
         n = stats["n"]
         avgdl = max(stats["total"] / n, 1.0) if n else 1.0
@@ -413,27 +441,17 @@ async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Seq
         caller.space_id, principals(caller), list(fact_ids), per_stance)
 
 
-async def evidence_totals(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
-                          ) -> dict[tuple[uuid.UUID, str], int]:
+async def evidence_tallies(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
+                           ) -> tuple[dict[uuid.UUID, int], dict[tuple[uuid.UUID, str], int]]:
+    """For each fact, from its visible current evidence only (counts never include what the
+    caller cannot see): the distinct documents that support it, and the claims per stance."""
     rows = await conn.fetch(
-        f"""SELECT e.fact_id, e.stance, count(*) AS n FROM fact_evidence e
-             JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
+        f"""SELECT e.fact_id, e.stance, count(*) AS n, count(DISTINCT c.doc_id) AS docs FROM fact_evidence e
+              JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
              WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony AND {CLAIM_VISIBLE}
              GROUP BY e.fact_id, e.stance""", caller.space_id, principals(caller), list(fact_ids))
-    return {(r["fact_id"], r["stance"]): r["n"] for r in rows}
-
-
-async def visible_evidence_counts(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID]
-                                  ) -> dict[uuid.UUID, int]:
-    """Distinct visible current documents supporting each fact (counts never include what the
-    caller cannot see)."""
-    rows = await conn.fetch(
-        f"""SELECT e.fact_id, count(DISTINCT c.doc_id) AS n FROM fact_evidence e
-              JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
-             WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND e.stance = 'supports'
-               AND c.is_current_testimony AND {CLAIM_VISIBLE}
-             GROUP BY e.fact_id""", caller.space_id, principals(caller), list(fact_ids))
-    return {r["fact_id"]: r["n"] for r in rows}
+    return ({r["fact_id"]: r["docs"] for r in rows if r["stance"] == "supports"},
+            {(r["fact_id"], r["stance"]): r["n"] for r in rows})
 
 
 async def co_members(conn: asyncpg.Connection, caller: Caller, groups: Sequence[uuid.UUID], limit: int = 25
