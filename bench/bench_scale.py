@@ -67,6 +67,13 @@ SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
 QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
 WARMUP = 5
 WRITE_BATCH = 2_000
+WRITERS = int(os.environ.get("TESTAMENT_BENCH_WRITERS", "4"))
+# Enough for the largest HNSW graph at a million claims (the float one, ~2 GB).
+BUILD_MEMORY = os.environ.get("TESTAMENT_BENCH_BUILD_MEMORY", "3GB")
+# Which measurements run after the in-process ones (a comma list; all by default). At a
+# million claims the remote and concurrency sections add most of an hour.
+SECTIONS = set(os.environ.get("TESTAMENT_BENCH_SECTIONS", "lexical,vector,bad-input,remote,legs,concurrency")
+               .split(","))
 DIM = gen.DIM
 RRF_K = 60
 
@@ -162,8 +169,9 @@ class Statements:
         return out
 
 
-async def write_postings(db: Database, corpus: gen.Corpus) -> float:
-    """Every BM25 row through the pipeline's writer, a unit of WRITE_BATCH targets each."""
+async def write_postings(db: Database, corpus: gen.Corpus, writers: int = 1) -> float:
+    """Every BM25 row through the pipeline's writer, a unit of WRITE_BATCH targets each, on
+    ``writers`` connections at once (as concurrent pipeline workers write)."""
     started = time.perf_counter()
     items: dict[str, list[tuple[uuid.UUID, uuid.UUID | None, str]]] = {"claim": [], "chunk": [], "fact": [],
                                                                        "entity": []}
@@ -175,11 +183,35 @@ async def write_postings(db: Database, corpus: gen.Corpus) -> float:
     items["fact"] = [(f.fact_id, None, f.label) for f in corpus.facts]
     profiles = await db.fetch("SELECT entity_id, profile_summary FROM entities WHERE space_id = $1", corpus.space)
     items["entity"] = [(r[0], None, r[1]) for r in profiles]
-    for kind, rows in items.items():
-        for start in range(0, len(rows), WRITE_BATCH):
+    units = [(kind, rows[start:start + WRITE_BATCH]) for kind, rows in items.items()
+             for start in range(0, len(rows), WRITE_BATCH)]
+
+    async def writer() -> None:
+        while units:
+            kind, batch = units.pop()
             async with db.transaction() as conn:
-                await index_text(conn, corpus.space, kind, rows[start:start + WRITE_BATCH])
+                await index_text(conn, corpus.space, kind, batch)
+
+    await asyncio.gather(*(writer() for _ in range(writers)))
     return time.perf_counter() - started
+
+
+@asynccontextmanager
+async def postings_indexes_after(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """The postings' key and impact index are built once after the load (the writers'
+    own DELETE keeps its target index), with the migrations' definitions."""
+    impact = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'bm25_postings_impact'")
+    key = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
+                              "'bm25_postings_pkey'")
+    await conn.execute("ALTER TABLE bm25_postings DROP CONSTRAINT bm25_postings_pkey")
+    await conn.execute("DROP INDEX bm25_postings_impact")
+    try:
+        yield
+    finally:
+        await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+        await conn.execute(f"ALTER TABLE bm25_postings ADD CONSTRAINT bm25_postings_pkey {key}")
+        await conn.execute(impact)
+        await conn.execute("RESET maintenance_work_mem")
 
 
 async def timed_calls(items: Sequence[Any], call: Callable[[Any], Awaitable[Any]]) -> list[float]:
@@ -218,17 +250,28 @@ async def run() -> list[Row]:
         try:
             definitions = await gen.drop_hnsw_indexes(conn)
             started = time.perf_counter()
+            # A space a tenth the size, co-hosted: BM25's growth with size, measured in the same run.
+            small = gen.synthetic(await gen.new_space(conn, f"{SLUG}-tenth"), SIZE // 10, vocab, 5 << 8,
+                                  seed=SIZE + 1)
             corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
-            await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
+            for each in (small, corpus):
+                await gen.load(conn, each, gen.Analyser(pool, postings=False), HashEmbeddings(DIM).model,
+                               with_postings=False)
             pool.shutdown()
             loaded = time.perf_counter() - started
-            written = await write_postings(db, corpus)
             started = time.perf_counter()
-            await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX,
-                                             "CREATE INDEX bench_claims_fts ON claims USING gin "
-                                             "(to_tsvector('english', claim_text))"])
-            indexed = time.perf_counter() - started
-            log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
+            async with postings_indexes_after(conn):
+                for each in (small, corpus):
+                    await write_postings(db, each, WRITERS)
+                written = time.perf_counter() - started
+            # The user's full-text baseline, and what autovacuum would do after a bulk load (the
+            # postings' index-only scans need the visibility map).
+            await gen.rebuild_indexes(conn, ["CREATE INDEX bench_claims_fts ON claims USING gin "
+                                             "(to_tsvector('english', claim_text))"], BUILD_MEMORY)
+            await conn.execute("VACUUM (ANALYZE) bm25_postings, bm25_docs, bm25_df, bm25_stats, claims, documents")
+            indexed = time.perf_counter() - started - written  # the postings' key and index too
+            log(f"{SIZE:,} + {SIZE // 10:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s "
+                f"({WRITERS} writers), postings and full-text indexes {indexed:.0f}s")
 
             retrieval = Retrieval(db, HashEmbeddings(DIM), None)
             primitives = Primitives(retrieval)
@@ -238,6 +281,16 @@ async def run() -> list[Row]:
             callers = {"trusted": Caller(space, Scope.READ, None),
                        "10% (topic:0)": Caller(space, Scope.READ, frozenset({"topic:0"}))}
             questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
+            # The lexical figures first: they need no vector index (hours of building at 1M).
+            rows.extend(await growth_rows(retrieval, primitives, small, corpus, vocab, questions))
+            if "lexical" in SECTIONS:
+                rows.extend(await lexical_rows(db, retrieval, callers, questions))
+            if "bad-input" in SECTIONS:
+                rows.append(await bm25_bad_input_row(primitives, corpus))
+            started = time.perf_counter()
+            await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX], BUILD_MEMORY)
+            vectors = time.perf_counter() - started
+            log(f"vector indexes {vectors:.0f}s")
             base: dict[str, float] = {}
             measured: dict[tuple[str, str], float] = {}
             for who, caller in callers.items():
@@ -267,18 +320,43 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
-            rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
-            rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
-            rows.extend(await lexical_rows(db, retrieval, callers, questions))
-            rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
-            rows.extend(await concurrency_rows(retrieval, callers["trusted"], questions))
-            rows.extend(await bad_input_rows(retrieval, primitives, corpus))
-            rows[0].extra += (f"; {SIZE:,} claims, loads {loaded:.0f}s + index_text {written:.0f}s, "
-                              f"indexes {indexed:.0f}s; whole run {time.perf_counter() - began:.0f}s")
+            sections: list[tuple[str, Callable[[], Awaitable[list[Row]]]]] = [
+                ("vector", lambda: vector_rows(db, conn, retrieval, corpus, vocab, questions)),
+                ("bad-input", lambda: bad_input_rows(retrieval, corpus)),
+                ("remote", lambda: remote_rows(stack, _port, db, questions, names, measured)),
+                ("legs", lambda: legs_rows(retrieval, callers["trusted"], questions, statements)),
+                ("concurrency", lambda: concurrency_rows(retrieval, callers["trusted"], questions))]
+            for section, measure in sections:
+                if section in SECTIONS:
+                    rows.extend(await measure())
+            rows[0].extra += (f"; {SIZE:,} claims (+ {SIZE // 10:,} co-hosted), loads {loaded:.0f}s + index_text "
+                              f"{written:.0f}s ({WRITERS} writers), indexes {indexed:.0f}s + vectors {vectors:.0f}s; "
+                              f"whole run {time.perf_counter() - began:.0f}s")
         finally:
             pool.shutdown(cancel_futures=True)
             await db.close()
             await conn.close()
+    return rows
+
+
+async def growth_rows(retrieval: Retrieval, primitives: Primitives, small: gen.Corpus, corpus: gen.Corpus,
+                      vocab: gen.Vocabulary, questions: Sequence[str]) -> list[Row]:
+    """BM25 claim search, trusted, in the co-hosted space a tenth the size (the baseline)
+    and in the full space: the growth of its p95 with size."""
+    rows: list[Row] = []
+    smaller, _ = gen.latency_queries(small, vocab, QUERIES + WARMUP, seed=SIZE + 1)
+    for label, each, items in ((f"{SIZE // 10_000}k (co-hosted)", small, smaller), (f"{SIZE // 1000}k", corpus,
+                                                                                    questions)):
+        caller = Caller(each.space, Scope.READ, None)
+        retrieval.legs.plans.clear()
+        samples = await timed_calls(items, lambda q, c=caller: primitives.search(c, "claim", q, gen.K, "bm25"))
+        p50, p95 = percentiles(samples)
+        log(f"search_claims bm25 trusted @ {label}: p50 {p50:.1f} p95 {p95:.1f}")
+        plans = Counter(retrieval.legs.plans)
+        growth = f"; p95 {p95 / rows[0].p95_ms:.2f}x the tenth-size space's" if rows and rows[0].p95_ms else ""
+        rows.append(Row("scale-growth", f"search_claims bm25 @ {label}, trusted", len(samples), p50, p95,
+                        baseline_p50_ms=rows[0].p50_ms if rows else None,
+                        extra="plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items())) + growth))
     return rows
 
 
@@ -497,38 +575,49 @@ async def concurrency_rows(retrieval: Retrieval, caller: Caller, questions: Sequ
     return rows
 
 
-async def bad_input_rows(retrieval: Retrieval, primitives: Primitives, corpus: gen.Corpus) -> list[Row]:
-    rows: list[Row] = []
-    everything = " ".join(gen.PREDICATES)  # every generated claim states one of these
+EVERYTHING = " ".join(gen.PREDICATES)  # every generated claim states one of these
+
+
+async def bad_input(name: str, retrieval: Retrieval, call: Callable[[], Awaitable[Any]]) -> Row:
+    """Five calls of one bad input: the time, and what a caller got (truncation as reported)."""
+    retrieval.legs.plans.clear()
+    samples = []
+    outcome = ""
+    for _ in range(5):
+        started = time.perf_counter()
+        try:
+            result = await call()
+            outcome = "answered" if not result.HasField("negative") else "negative"
+            if result.HasField("truncation") and result.truncation.truncated:
+                cut = result.truncation
+                outcome += (f", truncated ({cut.returned} returned of >= {cut.estimated_total}, exact "
+                            f"{cut.total_is_exact})")
+        except Exception as exc:  # noqa: BLE001 - the bench reports what a caller would get
+            outcome = f"error {type(exc).__name__}: {exc}"
+        samples.append(time.perf_counter() - started)
+    plans = Counter(retrieval.legs.plans)
+    log(f"bad input {name}: p50 {percentiles(samples)[0]:.0f} ms; {outcome}")
+    return Row("scale-bad-input", name, len(samples), *percentiles(samples),
+               extra=f"{outcome}; plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items())))
+
+
+async def bm25_bad_input_row(primitives: Primitives, corpus: gen.Corpus) -> Row:
+    trusted = Caller(corpus.space, Scope.READ, None)
+    return await bad_input("bm25 search, terms in every claim, k 100", primitives.r,
+                           lambda: primitives.search(trusted, "claim", EVERYTHING, 100, "bm25"))
+
+
+async def bad_input_rows(retrieval: Retrieval, corpus: gen.Corpus) -> list[Row]:
     wide = Caller(corpus.space, Scope.READ, frozenset({"topic:0", *(f"group:{i}" for i in range(9_999))}))
     trusted = Caller(corpus.space, Scope.READ, None)
-    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-        ("bm25 search, terms in every claim", lambda: primitives.search(trusted, "claim", everything, 100, "bm25")),
-        ("claims_and_sources_context, terms in every claim, k 100 candidate_k 400",
-         lambda: retrieval.run_operation(trusted, "claims_and_sources_context",
-                                         {"query": everything, "k": 100, "candidate_k": 400})),
-        ("claims_and_sources_context, caller with 10,000 principals",
-         lambda: _as(retrieval, wide, "claims_and_sources_context", {"query": "Who owns the billing?"})),
+    return [
+        await bad_input("claims_and_sources_context, terms in every claim, k 100 candidate_k 400", retrieval,
+                        lambda: retrieval.run_operation(trusted, "claims_and_sources_context",
+                                                        {"query": EVERYTHING, "k": 100, "candidate_k": 400})),
+        await bad_input("claims_and_sources_context, caller with 10,000 principals, k 100 candidate_k 400",
+                        retrieval, lambda: _as(retrieval, wide, "claims_and_sources_context",
+                                               {"query": "Who owns the billing?", "k": 100, "candidate_k": 400})),
     ]
-    for name, call in cases:
-        retrieval.legs.plans.clear()
-        samples = []
-        outcome = ""
-        for _ in range(5):
-            started = time.perf_counter()
-            try:
-                result = await call()
-                outcome = "answered" if not result.HasField("negative") else "negative"
-                if result.HasField("truncation") and result.truncation.truncated:
-                    outcome += f", truncated ({result.truncation.returned} returned)"
-            except Exception as exc:  # noqa: BLE001 - the bench reports what a caller would get
-                outcome = f"error {type(exc).__name__}: {exc}"
-            samples.append(time.perf_counter() - started)
-        plans = Counter(retrieval.legs.plans)
-        rows.append(Row("scale-bad-input", name, len(samples), *percentiles(samples),
-                        extra=f"{outcome}; plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
-    return rows
-
 
 
 async def _as(retrieval: Retrieval, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
