@@ -66,6 +66,17 @@ def principals(caller: Caller) -> list[str] | None:
     return None if caller.principals is None else sorted(caller.principals)
 
 
+def semantic_plan(eligible: int, total: int, *, filtered: bool = False) -> tuple[str, bool]:
+    """How the semantic leg searches for a caller who may see ``eligible`` of the space's
+    ``total`` embedded rows: ``exact`` (distances over exactly the visible rows; always with
+    filters) or ``hnsw`` (the graph, iterative scans); and whether the caller is restricted
+    (then the walk is widened and kept in strict order). `testament check-acl-exposure`
+    reports it per principal set."""
+    restricted = eligible < total * FULL_VIEW_SHARE
+    exact = filtered or eligible <= (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX)
+    return ("exact" if exact else "hnsw"), restricted
+
+
 _TARGETS: dict[str, dict[str, str]] = {
     "claim": {"table": "claims c", "id": "c.claim_id", "where": f"c.is_current_testimony AND {CLAIM_VISIBLE}",
               "space": "c.space_id", "vec": "c.embedding", "dim": "c.embedding_dim", "graph": "halfvec"},
@@ -210,8 +221,8 @@ class SearchLegs:
         eligible, total = await self.counts(conn, "chunk_unit" if grouped else kind, caller)
         base = (f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra}")
         args = [caller.space_id, principals(caller), query, k, *extra_args]
-        restricted = eligible < total * FULL_VIEW_SHARE
-        if extra or eligible <= (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX):
+        plan, restricted = semantic_plan(eligible, total, filtered=bool(extra))
+        if plan == "exact":
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
             rows: list[Any] = []
