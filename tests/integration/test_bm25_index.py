@@ -16,14 +16,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pgvector.asyncpg import register_vector
+from testament.common.v1 import types_pb2
 
 from bench import bench_retrieval as bench
 from bench.bench_scale import EXHAUSTIVE  # the query the bounded scan replaced
 from services.pipeline.adapters.store import _delete_postings, index_text
 from services.platform.auth import Caller, Scope
+from services.platform.db import Database
+from services.platform.embeddings import HashEmbeddings
 from services.platform.text import query_tokens
 from services.retrieval import adapters, lexical
 from services.retrieval.adapters import SearchLegs
+from services.retrieval.app import Retrieval
+from services.retrieval.primitives import Primitives
 
 WORDS = ["alpha", "brick", "cedar", "delta", "ember", "fjord", "grain", "harbor", "ivory", "jolt", "kelp",
          "lumen", "mesa", "nadir", "orbit"]
@@ -201,6 +206,16 @@ async def test_a_term_in_every_text_is_read_to_the_cap_and_the_cut_says_how_many
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             found = await legs.lexical(conn, "claim", Caller(space, Scope.READ, None), "alpha brick", 10)
         assert legs.plans[-1] == "bm25_bounded" and len(found) == 10 and found.matched == 150
+        # search_claims reports the cut in its envelope.
+        db = await Database.connect(dsn)
+        try:
+            env = await Primitives(Retrieval(db, HashEmbeddings(384), None)).search(
+                Caller(space, Scope.READ, None), "claim", "alpha brick", 10, "bm25")
+        finally:
+            await db.close()
+        assert len(env.evidence) == 10 and env.truncation.truncated and not env.truncation.total_is_exact
+        assert env.truncation.estimated_total == 150
+        assert env.truncation.reason == types_pb2.TRUNCATION_REASON_RESULT_BUDGET
     finally:
         await conn.close()
 
