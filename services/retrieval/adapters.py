@@ -299,13 +299,15 @@ class SearchLegs:
             return Ranked()
         t = _TARGETS[kind]
         # Each round reads the first ``depth`` postings of every term by impact (bounded
-        # work whatever the caller sees) and sums each target's parts in SQL. Visibility is
-        # then probed in that order, one primary-key lookup per target, until ``$6`` targets
-        # are visible: only those come back, with their postings, beside each term's count
-        # read and lowest impact, and the ``$6``-th partial score (every visible target not
-        # returned scored at most that on what was read). Checking every target read
-        # instead cost a join over the whole target table (0.5 s at 100k claims).
-        extra, extra_args = filters.render(kind, 9)
+        # work whatever the caller sees) and bounds each target's score in SQL: its parts
+        # read, plus each missing term's bound (zero for a list read to its end, else the
+        # term's lowest impact read times the slack). Visibility is then probed in that
+        # order, one primary-key lookup per target, until ``$6`` targets are visible: only
+        # those come back, with their postings, beside each term's count read and lowest
+        # impact, and the ``$6``-th bound (no visible target left out can score more).
+        # Checking every target read instead cost a join over the whole target table
+        # (0.5 s at 100k claims).
+        extra, extra_args = filters.render(kind, 10)
         part = lexical.BM25_TERM_SQL.format(idf="p.idf", avgdl="$8")
         # The impact as migration 0008's bm25_impact computes it, written out: the function
         # call cost 6 µs a posting (the index orders by it but cannot return it).
@@ -317,19 +319,24 @@ class SearchLegs:
                         SELECT target_id, tf, length FROM bm25_postings
                          WHERE space_id = $1 AND target_kind = $3 AND term = q.term
                          ORDER BY bm25_impact(target_kind, tf, length) DESC LIMIT $5) p),
-                  partial AS MATERIALIZED (
-                    SELECT p.target_id, {lexical.BM25_SUM_SQL.format(term=part)} AS score
-                      FROM prefix p GROUP BY p.target_id),
+                  walk AS MATERIALIZED (
+                    SELECT term, min(impact) AS floor, count(*) AS walked,
+                           CASE WHEN count(*) < $5 THEN 0::float8 ELSE min(idf) * min(impact) * $9::float8 END AS bound
+                      FROM prefix GROUP BY term),
+                  upper AS MATERIALIZED (
+                    SELECT p.target_id, {lexical.BM25_SUM_SQL.format(term=part)}
+                           + greatest((SELECT sum(bound) FROM walk) - sum(w.bound), 0::float8) AS score
+                      FROM prefix p JOIN walk w USING (term) GROUP BY p.target_id),
                   chosen AS MATERIALIZED (
                     SELECT r.target_id, r.score
-                      FROM (SELECT * FROM partial ORDER BY score DESC, target_id OFFSET 0) r
+                      FROM (SELECT * FROM upper ORDER BY score DESC, target_id OFFSET 0) r
                      WHERE (SELECT true FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = r.target_id
                                AND {t['where']} {extra} LIMIT 1)
                      LIMIT $6)
                 SELECT p.term, p.target_id, p.tf, p.length, NULL::float8 AS floor, NULL::bigint AS walked
                   FROM prefix p WHERE p.target_id IN (SELECT target_id FROM chosen)
                 UNION ALL
-                SELECT term, NULL, NULL, NULL, min(impact), count(*) FROM prefix GROUP BY term
+                SELECT term, NULL, NULL, NULL, floor, walked FROM walk
                 UNION ALL
                 SELECT NULL, NULL, NULL, NULL, min(score), count(*) FROM chosen"""
         # One statement: the space's counters, and when the query's terms have few postings
@@ -389,11 +396,14 @@ class SearchLegs:
         deepest = max(depth, lexical.BM25_READ_MAX // len(terms))
         returned = lexical.returned_per_round(k)
         while True:
-            rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, returned, idf,
-                                    avgdl, *extra_args)
-            prefixes = lexical.ThresholdTopK(rows, terms, df, n, avgdl, slack, depth, returned)
             final = depth >= deepest
-            wanted = prefixes.contenders(k, last=final)
+            # The last round brings back and completes as many as random access may read:
+            # its answer is proven, or the best of them.
+            wide = lexical.BM25_COMPLETE_MAX if final else returned
+            rows = await conn.fetch(sql, caller.space_id, principals(caller), kind, terms, depth, wide, idf,
+                                    avgdl, slack, *extra_args)
+            prefixes = lexical.ThresholdTopK(rows, terms, df, n, avgdl, slack, depth, wide)
+            wanted = prefixes.contenders(k)
             if wanted:  # read targets whose other parts could still decide their place
                 prefixes.complete(wanted, await conn.fetch(
                     "SELECT term, target_id, tf, length FROM bm25_postings WHERE space_id = $1 "

@@ -20,7 +20,7 @@ BM25_FIRST_DEPTH = 200
 BM25_READ_MAX = 40_000
 BM25_COMPLETE_MAX = 2_000
 # A round brings back at least this many visible targets (8k in general, see
-# ``returned_per_round``): the best partial scores of what was read.
+# ``returned_per_round``): those whose scores may be highest, by what was read.
 BM25_RETURNED_MIN = 200
 # Up to this many postings over all query terms (known from the counters), every one is
 # scored in one statement instead: as many as the prefix rounds may read, because on short
@@ -54,9 +54,9 @@ class ThresholdTopK:
     target read in a term's prefix has that term's exact part; a term whose whole list was
     read (fewer rows than the depth) adds nothing to targets it did not list; any other
     missing part is at most the term's lowest impact read times the slack. Of the targets
-    read, the round returns the ``returned`` visible ones with the best partial scores; any
-    other visible target read scored at most the last of them on what was read (``rest``).
-    The top k is proven when no other target, read or unread, can reach the k-th exact score."""
+    read, the round returns the ``returned`` visible ones with the highest such bounds; any
+    other visible target read is bounded by the last of them (``rest``). The top k is
+    proven when no other target, read or unread, can reach the k-th exact score."""
 
     def __init__(self, rows: Sequence[Any], terms: Sequence[str], df: dict[str, int], n: float, avgdl: float,
                  slack: float, depth: int, returned: int) -> None:
@@ -68,7 +68,7 @@ class ThresholdTopK:
         self.rest = -math.inf
         postings = []
         for r in rows:
-            if r["term"] is None:  # the returned targets: their count and the lowest partial score
+            if r["term"] is None:  # the returned targets: their count and the lowest bound
                 if r["walked"] >= returned:
                     self.rest = r["floor"]
             elif r["target_id"] is None:
@@ -116,13 +116,13 @@ class ThresholdTopK:
         exact.sort(key=lambda x: (-x[1], x[0]))
         return exact, open_
 
-    def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
+    def contenders(self, k: int) -> list[uuid.UUID]:
         """Read targets with unknown parts that could still reach the top k, best bound
-        first (on the last round, the 4k best: the bounded answer is chosen among them)."""
+        first (at most BM25_COMPLETE_MAX: on the last round the answer is chosen among them)."""
         exact, open_ = self._split()
         threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
         ranked = sorted(((i, upper) for i, upper in open_ if upper >= threshold), key=lambda x: (-x[1], x[0]))
-        return [i for i, _ in ranked[:4 * k if last else BM25_COMPLETE_MAX]]
+        return [i for i, _ in ranked[:BM25_COMPLETE_MAX]]
 
     def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
         """Every query term's posting of these targets (random access): their scores are exact."""
@@ -135,7 +135,7 @@ class ThresholdTopK:
         unseen = sum(self.bound.values())
         # Every list read to its end: the returned targets are complete, and any other came
         # after them in (score, id) order, the order of the answer.
-        rest_below = self.rest == -math.inf or unseen == 0.0 or self.rest + unseen < threshold
+        rest_below = self.rest == -math.inf or unseen == 0.0 or self.rest < threshold
         proven = ((unseen == 0.0 or unseen < threshold) and rest_below
                   and all(upper < threshold for _, upper in open_))
         return exact[:k], proven
