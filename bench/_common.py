@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import statistics
 import tempfile
@@ -53,16 +52,12 @@ async def timed(n: int, call: Callable[[], Awaitable[object]], warmup: int = 50)
 
 
 @asynccontextmanager
-async def running_stack(*, embedding: str | None = None, keep: Path | None = None
-                        ) -> AsyncIterator[tuple[Stack, int]]:
-    """The whole stack (embedded PostgreSQL, six processes) in a temporary directory, or in
-    ``keep`` (created if missing, left in place afterwards, its database reused on the next
-    run); ``embedding`` overrides TESTAMENT_EMBEDDING_PROVIDER for it (e.g. "hash")."""
+async def running_stack(*, embedding: str | None = None) -> AsyncIterator[tuple[Stack, int]]:
+    """The whole stack (embedded PostgreSQL, six processes) in a temporary directory;
+    ``embedding`` overrides TESTAMENT_EMBEDDING_PROVIDER for it (e.g. "hash")."""
     (port,) = free_ports(1)
-    if keep:
-        await asyncio.to_thread(keep.mkdir, parents=True, exist_ok=True)
     saved = os.environ.get("TESTAMENT_EMBEDDING_PROVIDER")
-    with contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory(prefix="testament-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="testament-bench-") as tmp:
         if embedding is not None:  # the launcher hands its environment to the services it starts
             os.environ["TESTAMENT_EMBEDDING_PROVIDER"] = embedding
         try:

@@ -1,31 +1,39 @@
 """The read path at scale (`make bench-scale`; size from TESTAMENT_BENCH_CLAIMS, default 1M).
 
 One space of generated claims (bench_retrieval's topic generator: ten topics, ACLs
-``topic:N`` clustered by topic). The authority rows are bulk-loaded with the retrieval
-bench's loader; every BM25 row (postings, lengths, and through them the statistics
-counters) is written by the pipeline's writer ``index_text``, in transactions of 2,000
-targets like the pipeline's units, so the lexical index measured is the one the pipeline
-builds. Vectors are ``HashEmbeddings`` (384), HNSW indexes the migration's own.
+``topic:N`` clustered by topic), and beside it a space a tenth the size (the baseline of
+BM25's growth, in the same run). The authority rows are bulk-loaded with the retrieval
+bench's loader (hash vectors in two worker processes); every BM25 row (postings, lengths,
+and through them the statistics counters) is written by the pipeline's writer
+``index_text``, in transactions of 2,000 targets like the pipeline's units, on
+TESTAMENT_BENCH_WRITERS connections at once, so the lexical index measured is the one the
+pipeline builds; the postings' key and impact index, and then the HNSW graphs (the
+migrations' own definitions), are built after the load. Vectors are ``HashEmbeddings`` (384).
 
-Printed, in-process (the use cases called directly, no gRPC), for a trusted caller and a
-caller who sees one topic (10%), and 30% for recall:
+In the order measured (each figure is logged as it comes; at a million claims the graphs
+take most of the run, so what needs none comes first):
 
-* the four assured operations and search_claims per channel: p50/p95 and SQL statements
-  per call (counted by asyncpg's query logger on the snapshot's connection);
-* the same calls as clients make them, through the gateway (HTTP/JSON) and straight to
-  the retrieval service over gRPC, with a trusted key and a ``topic:0`` key of the space;
+* BM25 claim search, trusted, in the tenth-size space and the full one (the p95 growth);
 * BM25 claim search: the service's bounded scan, the exhaustive Okapi query it replaced,
   and ``ts_rank`` over a GIN full-text index (a user's baseline), with how often the
-  bounded scan proved its answer exact;
-* the baseline a user would write: plain HNSW (ef_search 40, the ACL as a post-filter)
-  plus ``ts_rank``, fused by RRF; latency and recall@10 of its vector half against the
-  exact oracle, beside the service's semantic leg;
-* halfvec: recall@10 of the service's HNSW index over ``embedding::halfvec(384)``
-  (migration 0013) against the exact oracle beside a user's float index, and the bytes per
+  bounded scan proved its answer exact; and a query whose terms match every claim;
+* (the claims' graphs are built) the baseline a user would write: plain HNSW (ef_search
+  40, the ACL as a post-filter) plus ``ts_rank``, fused by RRF; latency and recall@10 of
+  its vector half against the exact oracle, beside the service's semantic leg, for a
+  trusted caller and callers who see 10% and 30%; halfvec against float, and the bytes per
   claim of table and indexes;
-* claims_and_sources_context at 1, 4 and 16 concurrent callers: p50/p95 and calls/s;
-* bad input: a query whose terms match every claim, a caller with 10,000 principals, k at
-  its maximum.
+* (the other graphs are built) for a trusted caller and a caller who sees one topic (10%):
+  the four assured operations and search_claims per channel, in process (the use cases
+  called directly): p50/p95 and SQL statements per call (asyncpg's query logger);
+* bad input: an operation whose terms match every claim, a caller with 10,000
+  principals, k and candidate_k at their maximum;
+* the same calls as clients make them, through the gateway (HTTP/JSON) and straight to
+  the retrieval service over gRPC, with a trusted key and a ``topic:0`` key of the space;
+* claims_and_sources_context's legs one after another against concurrent, and at 1, 4 and
+  16 concurrent callers: p50/p95 and calls/s.
+
+TESTAMENT_BENCH_SECTIONS (a comma list of lexical, vector, bad-input, remote, depths, legs,
+concurrency; all by default) skips the others.
 """
 
 from __future__ import annotations
@@ -42,7 +50,6 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -67,16 +74,16 @@ from services.retrieval.app import Retrieval
 from services.retrieval.primitives import Primitives
 
 SIZE = int(os.environ.get("TESTAMENT_BENCH_CLAIMS", "1000000"))
-# A directory to keep the loaded stack in and reuse on the next run of the same size (the
-# 100k load alone takes minutes); unset, a temporary one.
-KEEP = os.environ.get("TESTAMENT_BENCH_KEEP")
-# Which sections to run (comma separated; default all): ops, remote, depths, legs, bm25,
-# vectors, concurrency, bad_input.
-PARTS = set(filter(None, os.environ.get("TESTAMENT_BENCH_PARTS", "").split(","))) or {
-    "ops", "remote", "depths", "legs", "bm25", "vectors", "concurrency", "bad_input"}
 QUERIES = int(os.environ.get("TESTAMENT_BENCH_QUERIES", "40"))
 WARMUP = 5
 WRITE_BATCH = 2_000
+WRITERS = int(os.environ.get("TESTAMENT_BENCH_WRITERS", "4"))
+# Enough for the largest HNSW graph at a million claims (the float one, ~2 GB).
+BUILD_MEMORY = os.environ.get("TESTAMENT_BENCH_BUILD_MEMORY", "3GB")
+# Which measurements run after the in-process ones (a comma list; all by default). At a
+# million claims the remote and concurrency sections add most of an hour.
+SECTIONS = set(os.environ.get("TESTAMENT_BENCH_SECTIONS", "lexical,vector,bad-input,remote,depths,legs,concurrency")
+               .split(","))
 DIM = gen.DIM
 RRF_K = 60
 
@@ -121,19 +128,12 @@ HALF_HNSW = f"""SELECT c.claim_id FROM claims c
 # The user's plain pgvector index over the float vectors, built by the bench.
 USER_HNSW_INDEX = (f"CREATE INDEX bench_claims_float ON claims USING hnsw ((embedding::vector({DIM})) "
                    f"vector_cosine_ops) WHERE embedding_dim = {DIM}")
-USER_FTS_INDEX = "CREATE INDEX bench_claims_fts ON claims USING gin (to_tsvector('english', claim_text))"
 ORACLE = gen.ORACLE
 SLUG = "bench-scale"
 
 
 def log(message: str) -> None:
     gen.log(f"scale {message}")
-
-
-async def loaded_before(conn: asyncpg.Connection, space: uuid.UUID) -> bool:
-    """A finished load of this size: its claims, and the index built last."""
-    claims = await conn.fetchval("SELECT count(*) FROM claims WHERE space_id = $1", space)
-    return claims == SIZE and await conn.fetchval("SELECT to_regclass('bench_claims_fts') IS NOT NULL")
 
 
 class Statements:
@@ -179,8 +179,9 @@ class Statements:
         return out
 
 
-async def write_postings(db: Database, corpus: gen.Corpus) -> float:
-    """Every BM25 row through the pipeline's writer, a unit of WRITE_BATCH targets each."""
+async def write_postings(db: Database, corpus: gen.Corpus, writers: int = 1) -> float:
+    """Every BM25 row through the pipeline's writer, a unit of WRITE_BATCH targets each, on
+    ``writers`` connections at once (as concurrent pipeline workers write)."""
     started = time.perf_counter()
     items: dict[str, list[tuple[uuid.UUID, uuid.UUID | None, str]]] = {"claim": [], "chunk": [], "fact": [],
                                                                        "entity": []}
@@ -192,11 +193,35 @@ async def write_postings(db: Database, corpus: gen.Corpus) -> float:
     items["fact"] = [(f.fact_id, None, f.label) for f in corpus.facts]
     profiles = await db.fetch("SELECT entity_id, profile_summary FROM entities WHERE space_id = $1", corpus.space)
     items["entity"] = [(r[0], None, r[1]) for r in profiles]
-    for kind, rows in items.items():
-        for start in range(0, len(rows), WRITE_BATCH):
+    units = [(kind, rows[start:start + WRITE_BATCH]) for kind, rows in items.items()
+             for start in range(0, len(rows), WRITE_BATCH)]
+
+    async def writer() -> None:
+        while units:
+            kind, batch = units.pop()
             async with db.transaction() as conn:
-                await index_text(conn, corpus.space, kind, rows[start:start + WRITE_BATCH])
+                await index_text(conn, corpus.space, kind, batch)
+
+    await asyncio.gather(*(writer() for _ in range(writers)))
     return time.perf_counter() - started
+
+
+@asynccontextmanager
+async def postings_indexes_after(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """The postings' key and impact index are built once after the load (the writers'
+    own DELETE keeps its target index), with the migrations' definitions."""
+    impact = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'bm25_postings_impact'")
+    key = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
+                              "'bm25_postings_pkey'")
+    await conn.execute("ALTER TABLE bm25_postings DROP CONSTRAINT bm25_postings_pkey")
+    await conn.execute("DROP INDEX bm25_postings_impact")
+    try:
+        yield
+    finally:
+        await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+        await conn.execute(f"ALTER TABLE bm25_postings ADD CONSTRAINT bm25_postings_pkey {key}")
+        await conn.execute(impact)
+        await conn.execute("RESET maintenance_work_mem")
 
 
 async def timed_calls(items: Sequence[Any], call: Callable[[Any], Awaitable[Any]]) -> list[float]:
@@ -226,34 +251,37 @@ async def run() -> list[Row]:
     rows: list[Row] = []
     vocab = gen.vocabulary()
     began = time.perf_counter()
-    async with running_stack(embedding="hash", keep=Path(KEEP) if KEEP else None) as (stack, _port):
+    async with running_stack(embedding="hash") as (stack, _port):
         assert stack.dsn is not None
         conn = await asyncpg.connect(stack.dsn)
         await register_vector(conn)
         db = await Database.connect(stack.dsn, max_size=16, query_timeout_s=120)
         pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
         try:
-            space = await conn.fetchval("SELECT space_id FROM spaces WHERE slug = $1", SLUG)
-            if space is not None and await loaded_before(conn, space):
-                # A kept database (TESTAMENT_BENCH_KEEP) already holds this size: the corpus is
-                # deterministic given its space, so it is regenerated rather than reloaded.
-                corpus = gen.synthetic(space, SIZE, vocab, 3 << 8, seed=SIZE)
-                loaded = written = indexed = 0.0
-                log(f"{SIZE:,} claims: reusing the kept database in {KEEP}")
-            else:
-                if space is not None:
-                    raise SystemExit(f"{KEEP} holds another size or an unfinished load: remove it first")
-                definitions = await gen.drop_hnsw_indexes(conn)
-                started = time.perf_counter()
-                corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
-                await gen.load(conn, corpus, gen.Analyser(pool), HashEmbeddings(DIM).model, with_postings=False)
-                loaded = time.perf_counter() - started
-                written = await write_postings(db, corpus)
-                started = time.perf_counter()
-                await gen.rebuild_indexes(conn, [*definitions, USER_HNSW_INDEX, USER_FTS_INDEX])
-                indexed = time.perf_counter() - started
-                log(f"{SIZE:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s, indexes {indexed:.0f}s")
+            definitions = await gen.drop_hnsw_indexes(conn)
+            started = time.perf_counter()
+            # A space a tenth the size, co-hosted: BM25's growth with size, measured in the same run.
+            small = gen.synthetic(await gen.new_space(conn, f"{SLUG}-tenth"), SIZE // 10, vocab, 5 << 8,
+                                  seed=SIZE + 1)
+            corpus = gen.synthetic(await gen.new_space(conn, SLUG), SIZE, vocab, 3 << 8, seed=SIZE)
+            for each in (small, corpus):
+                await gen.load(conn, each, gen.Analyser(pool, postings=False), HashEmbeddings(DIM).model,
+                               with_postings=False)
             pool.shutdown()
+            loaded = time.perf_counter() - started
+            started = time.perf_counter()
+            async with postings_indexes_after(conn):
+                for each in (small, corpus):
+                    await write_postings(db, each, WRITERS)
+                written = time.perf_counter() - started
+            # The user's full-text baseline, and what autovacuum would do after a bulk load (the
+            # postings' index-only scans need the visibility map).
+            await gen.rebuild_indexes(conn, ["CREATE INDEX bench_claims_fts ON claims USING gin "
+                                             "(to_tsvector('english', claim_text))"], BUILD_MEMORY)
+            await conn.execute("VACUUM (ANALYZE) bm25_postings, bm25_docs, bm25_df, bm25_stats, claims, documents")
+            indexed = time.perf_counter() - started - written  # the postings' key and index too
+            log(f"{SIZE:,} + {SIZE // 10:,} claims: rows {loaded:.0f}s, BM25 via index_text {written:.0f}s "
+                f"({WRITERS} writers), postings and full-text indexes {indexed:.0f}s")
 
             retrieval = Retrieval(db, HashEmbeddings(DIM), None)
             primitives = Primitives(retrieval)
@@ -263,9 +291,26 @@ async def run() -> list[Row]:
             callers = {"trusted": Caller(space, Scope.READ, None),
                        "10% (topic:0)": Caller(space, Scope.READ, frozenset({"topic:0"}))}
             questions, names = gen.latency_queries(corpus, vocab, QUERIES + WARMUP, seed=SIZE)
+            # The lexical figures first: they need no vector index (hours of building at 1M).
+            rows.extend(await growth_rows(retrieval, primitives, small, corpus, vocab, questions))
+            if "lexical" in SECTIONS:
+                rows.extend(await lexical_rows(db, retrieval, callers, questions))
+            if "bad-input" in SECTIONS:
+                rows.append(await bm25_bad_input_row(primitives, corpus))
+            # Then the claims' graphs (the service's and the user's) and the restricted callers'
+            # recall and latency on them; the other graphs last.
+            started = time.perf_counter()
+            claim_graph = [d for d in definitions if " claims_hnsw_" in d]
+            await gen.rebuild_indexes(conn, [*claim_graph, USER_HNSW_INDEX], BUILD_MEMORY)
+            log(f"claims' vector indexes {time.perf_counter() - started:.0f}s")
+            if "vector" in SECTIONS:
+                rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
+            await gen.rebuild_indexes(conn, [d for d in definitions if d not in claim_graph], BUILD_MEMORY)
+            vectors = time.perf_counter() - started
+            log(f"vector indexes {vectors:.0f}s")
             base: dict[str, float] = {}
             measured: dict[tuple[str, str], float] = {}
-            for who, caller in callers.items() if "ops" in PARTS else ():
+            for who, caller in callers.items():
                 ops: list[tuple[str, Sequence[str], Callable[[str], Awaitable[Any]]]] = [
                     ("resolve_entity", names,
                      lambda n, c=caller: retrieval.run_operation(c, "resolve_entity", {"name": n})),
@@ -292,27 +337,43 @@ async def run() -> list[Row]:
                                           f"max {max(counts or [0])}; plans "
                                           + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
                     log(f"{name} {who}: p50 {p50:.1f} p95 {p95:.1f}")
-            if "remote" in PARTS:
-                rows.extend(await remote_rows(stack, _port, db, questions, names, measured))
-            if "depths" in PARTS:
-                rows.extend(await depths_rows(db, retrieval, callers["trusted"], questions))
-            if "legs" in PARTS:
-                rows.extend(await legs_rows(retrieval, callers["trusted"], questions, statements))
-            if "bm25" in PARTS:
-                rows.extend(await lexical_rows(db, retrieval, callers, questions))
-            if "vectors" in PARTS:
-                rows.extend(await vector_rows(db, conn, retrieval, corpus, vocab, questions))
-            if "concurrency" in PARTS:
-                rows.extend(await concurrency_rows(db, retrieval, callers["trusted"], questions))
-            if "bad_input" in PARTS:
-                rows.extend(await bad_input_rows(retrieval, primitives, corpus))
-            rows[:1] = rows[:1] or [Row("scale", "load", 0, 0.0, 0.0)]
-            rows[0].extra += (f"; {SIZE:,} claims, loads {loaded:.0f}s + index_text {written:.0f}s, "
-                              f"indexes {indexed:.0f}s; whole run {time.perf_counter() - began:.0f}s")
+            sections: list[tuple[str, Callable[[], Awaitable[list[Row]]]]] = [
+                ("bad-input", lambda: bad_input_rows(retrieval, corpus)),
+                ("remote", lambda: remote_rows(stack, _port, db, questions, names, measured)),
+                ("depths", lambda: depths_rows(db, retrieval, callers["trusted"], questions)),
+                ("legs", lambda: legs_rows(retrieval, callers["trusted"], questions, statements)),
+                ("concurrency", lambda: concurrency_rows(db, retrieval, callers["trusted"], questions))]
+            for section, measure in sections:
+                if section in SECTIONS:
+                    rows.extend(await measure())
+            rows[0].extra += (f"; {SIZE:,} claims (+ {SIZE // 10:,} co-hosted), loads {loaded:.0f}s + index_text "
+                              f"{written:.0f}s ({WRITERS} writers), indexes {indexed:.0f}s + vectors {vectors:.0f}s; "
+                              f"whole run {time.perf_counter() - began:.0f}s")
         finally:
             pool.shutdown(cancel_futures=True)
             await db.close()
             await conn.close()
+    return rows
+
+
+async def growth_rows(retrieval: Retrieval, primitives: Primitives, small: gen.Corpus, corpus: gen.Corpus,
+                      vocab: gen.Vocabulary, questions: Sequence[str]) -> list[Row]:
+    """BM25 claim search, trusted, in the co-hosted space a tenth the size (the baseline)
+    and in the full space: the growth of its p95 with size."""
+    rows: list[Row] = []
+    smaller, _ = gen.latency_queries(small, vocab, QUERIES + WARMUP, seed=SIZE + 1)
+    for label, each, items in ((f"{SIZE // 10_000}k (co-hosted)", small, smaller), (f"{SIZE // 1000}k", corpus,
+                                                                                    questions)):
+        caller = Caller(each.space, Scope.READ, None)
+        retrieval.legs.plans.clear()
+        samples = await timed_calls(items, lambda q, c=caller: primitives.search(c, "claim", q, gen.K, "bm25"))
+        p50, p95 = percentiles(samples)
+        log(f"search_claims bm25 trusted @ {label}: p50 {p50:.1f} p95 {p95:.1f}")
+        plans = Counter(retrieval.legs.plans)
+        growth = f"; p95 {p95 / rows[0].p95_ms:.2f}x the tenth-size space's" if rows and rows[0].p95_ms else ""
+        rows.append(Row("scale-growth", f"search_claims bm25 @ {label}, trusted", len(samples), p50, p95,
+                        baseline_p50_ms=rows[0].p50_ms if rows else None,
+                        extra="plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items())) + growth))
     return rows
 
 
@@ -500,6 +561,9 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
                         extra=f"recall@10 {statistics.mean(svc_r):.3f}; plans "
                               + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))
                               + "; vs baseline: ratio to the trusted caller's leg"))
+        log(f"semantic leg {who}: p50 {s[0]:.1f} p95 {s[1]:.1f} ({s[0] / service_base:.2f}x trusted), recall@10 "
+            f"{statistics.mean(svc_r):.3f}, plans {dict(plans)}; user baseline p50 {b[0]:.1f} recall@10 "
+            f"{statistics.mean(base_r):.3f}")
 
     # halfvec (the service's graph) beside the user's float graph, same HNSW parameters.
     caller = Caller(corpus.space, Scope.READ, None)
@@ -533,6 +597,7 @@ async def vector_rows(db: Database, conn: asyncpg.Connection, retrieval: Retriev
                     extra=f"claims table {heap / claims:.0f} B (vector(384) is {4 * DIM + 8} B of it), claims' "
                           f"indexes {other / claims:.0f} B, all BM25 tables (claims, chunks, facts, entities) "
                           f"{postings / claims:.0f} B; total {(heap + other + postings) / claims:.0f} B"))
+    log(rows[-1].extra)
     return rows
 
 
@@ -566,38 +631,49 @@ async def concurrency_rows(db: Database, retrieval: Retrieval, caller: Caller, q
     return rows
 
 
-async def bad_input_rows(retrieval: Retrieval, primitives: Primitives, corpus: gen.Corpus) -> list[Row]:
-    rows: list[Row] = []
-    everything = " ".join(gen.PREDICATES)  # every generated claim states one of these
+EVERYTHING = " ".join(gen.PREDICATES)  # every generated claim states one of these
+
+
+async def bad_input(name: str, retrieval: Retrieval, call: Callable[[], Awaitable[Any]]) -> Row:
+    """Five calls of one bad input: the time, and what a caller got (truncation as reported)."""
+    retrieval.legs.plans.clear()
+    samples = []
+    outcome = ""
+    for _ in range(5):
+        started = time.perf_counter()
+        try:
+            result = await call()
+            outcome = "answered" if not result.HasField("negative") else "negative"
+            if result.HasField("truncation") and result.truncation.truncated:
+                cut = result.truncation
+                outcome += (f", truncated ({cut.returned} returned of >= {cut.estimated_total}, exact "
+                            f"{cut.total_is_exact})")
+        except Exception as exc:  # noqa: BLE001 - the bench reports what a caller would get
+            outcome = f"error {type(exc).__name__}: {exc}"
+        samples.append(time.perf_counter() - started)
+    plans = Counter(retrieval.legs.plans)
+    log(f"bad input {name}: p50 {percentiles(samples)[0]:.0f} ms; {outcome}")
+    return Row("scale-bad-input", name, len(samples), *percentiles(samples),
+               extra=f"{outcome}; plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items())))
+
+
+async def bm25_bad_input_row(primitives: Primitives, corpus: gen.Corpus) -> Row:
+    trusted = Caller(corpus.space, Scope.READ, None)
+    return await bad_input("bm25 search, terms in every claim, k 100", primitives.r,
+                           lambda: primitives.search(trusted, "claim", EVERYTHING, 100, "bm25"))
+
+
+async def bad_input_rows(retrieval: Retrieval, corpus: gen.Corpus) -> list[Row]:
     wide = Caller(corpus.space, Scope.READ, frozenset({"topic:0", *(f"group:{i}" for i in range(9_999))}))
     trusted = Caller(corpus.space, Scope.READ, None)
-    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-        ("bm25 search, terms in every claim", lambda: primitives.search(trusted, "claim", everything, 100, "bm25")),
-        ("claims_and_sources_context, terms in every claim, k 100 candidate_k 400",
-         lambda: retrieval.run_operation(trusted, "claims_and_sources_context",
-                                         {"query": everything, "k": 100, "candidate_k": 400})),
-        ("claims_and_sources_context, caller with 10,000 principals",
-         lambda: _as(retrieval, wide, "claims_and_sources_context", {"query": "Who owns the billing?"})),
+    return [
+        await bad_input("claims_and_sources_context, terms in every claim, k 100 candidate_k 400", retrieval,
+                        lambda: retrieval.run_operation(trusted, "claims_and_sources_context",
+                                                        {"query": EVERYTHING, "k": 100, "candidate_k": 400})),
+        await bad_input("claims_and_sources_context, caller with 10,000 principals, k 100 candidate_k 400",
+                        retrieval, lambda: _as(retrieval, wide, "claims_and_sources_context",
+                                               {"query": "Who owns the billing?", "k": 100, "candidate_k": 400})),
     ]
-    for name, call in cases:
-        retrieval.legs.plans.clear()
-        samples = []
-        outcome = ""
-        for _ in range(5):
-            started = time.perf_counter()
-            try:
-                result = await call()
-                outcome = "answered" if not result.HasField("negative") else "negative"
-                if result.HasField("truncation") and result.truncation.truncated:
-                    outcome += f", truncated ({result.truncation.returned} returned)"
-            except Exception as exc:  # noqa: BLE001 - the bench reports what a caller would get
-                outcome = f"error {type(exc).__name__}: {exc}"
-            samples.append(time.perf_counter() - started)
-        plans = Counter(retrieval.legs.plans)
-        rows.append(Row("scale-bad-input", name, len(samples), *percentiles(samples),
-                        extra=f"{outcome}; plans " + " ".join(f"{p}:{n}" for p, n in sorted(plans.items()))))
-    return rows
-
 
 
 async def _as(retrieval: Retrieval, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:

@@ -10,11 +10,17 @@ oracle computed inside PostgreSQL over the rows that principal may see:
 * this service's plan (exact scan when few rows are eligible, iterative HNSW otherwise),
   and which plan it chose for that principal (``testament_plans``: exact | hnsw, counted
   over the sample queries).
+
+The same for every principal set a live API key of the space holds (``principal_sets``:
+what callers actually present), with the plan the rule gives it (``plan``, from the
+visible and total rows), and its semantic leg's median latency beside a trusted caller's
+over the same queries (``latency_vs_trusted``).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -22,7 +28,7 @@ from typing import Any
 
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
-from services.retrieval.adapters import CLAIM_VISIBLE, SearchLegs
+from services.retrieval.adapters import CLAIM_VISIBLE, DIRECT_PRINCIPALS_MAX, SearchLegs, semantic_plan
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,23 @@ class PrincipalExposure:
                 "bare_scoped_recall_at_k": round(self.bare_recall, 4),
                 "testament_recall_at_k": round(self.plan_recall, 4), "bare_scoped_empty_results": self.bare_empty,
                 "testament_plans": self.plans}
+
+
+@dataclass(frozen=True)
+class SetExposure:
+    principals: list[str]
+    keys: int
+    eligible: int
+    total: int
+    plan: str
+    restricted: bool
+    recall: float
+    latency_ratio: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"principals": self.principals, "keys": self.keys, "eligible_rows": self.eligible,
+                "space_rows": self.total, "plan": self.plan, "restricted": self.restricted,
+                "testament_recall_at_k": round(self.recall, 4), "latency_vs_trusted": round(self.latency_ratio, 2)}
 
 
 async def _oracle(conn: Any, caller: Caller, vector: Any, dim: int, k: int) -> list[uuid.UUID]:
@@ -67,6 +90,7 @@ def _recall(found: list[uuid.UUID], truth: list[uuid.UUID]) -> float:
 
 async def check(db: Database, *, k: int = 10, queries: int = 20, max_principals: int = 20) -> dict[str, Any]:
     report: list[PrincipalExposure] = []
+    sets: list[SetExposure] = []
     legs = SearchLegs()
     spaces = await db.fetch("SELECT DISTINCT space_id FROM documents")
     for space in spaces:
@@ -95,8 +119,53 @@ async def check(db: Database, *, k: int = 10, queries: int = 20, max_principals:
             if samples:
                 report.append(PrincipalExposure(row["p"], eligible, len(samples), statistics.mean(bare),
                                                 statistics.mean(plan), empty, dict(Counter(legs.plans))))
+        sets.extend(await _principal_sets(db, legs, space[0], samples, k))
     worst = min((r.bare_recall for r in report), default=1.0)
-    return {"k": k, "principals": [r.as_json() for r in report],
+    return {"k": k, "principals": [r.as_json() for r in report], "principal_sets": [s.as_json() for s in sets],
             "exposed": worst < 0.99,
             "summary": ("a bare scoped vector query loses recall for some principals here; this service's "
                         "plan does not") if worst < 0.99 else "no recall loss measured for the ACLs in this database"}
+
+
+async def _principal_sets(db: Database, legs: SearchLegs, space: uuid.UUID, samples: list[Any], k: int
+                          ) -> list[SetExposure]:
+    """Every principal set of the space's live, untrusted keys: the plan it gets, its recall
+    against the exact oracle and its latency beside a trusted caller's."""
+    keys = await db.fetch(
+        """SELECT principals, count(*) AS keys FROM (
+               SELECT ARRAY(SELECT DISTINCT p FROM unnest(principals) AS p ORDER BY 1) AS principals
+                 FROM credentials WHERE space_id = $1 AND revoked_at IS NULL AND NOT trusted) k
+            GROUP BY principals ORDER BY keys DESC, principals""", space)
+    if not keys or not samples:
+        return []
+    trusted = Caller(space, Scope.READ, None)
+    out = []
+    async with db.transaction(isolation="repeatable_read", readonly=True) as conn:
+        await _timed(conn, legs, trusted, samples, k)  # warm
+        base = await _timed(conn, legs, trusted, samples, k)
+        for row in keys:
+            held = list(row["principals"])
+            if len(held) > DIRECT_PRINCIPALS_MAX:  # as the service narrows such a caller
+                held = [r[0] for r in await conn.fetch(
+                    "SELECT principal FROM acl_principals WHERE space_id = $1 AND principal = ANY($2::text[])",
+                    space, held)]
+            caller = Caller(space, Scope.READ, frozenset(held))
+            eligible, total = await legs.counts(conn, "claim", caller)
+            plan, restricted = semantic_plan(eligible, total)
+            mine = await _timed(conn, legs, caller, samples, k)
+            recalls = [_recall(found, await _oracle(conn, caller, sample["embedding"], sample["embedding_dim"], k))
+                       for sample, (found, _) in zip(samples, mine, strict=True)]
+            ratio = statistics.median(t for _, t in mine) / max(statistics.median(t for _, t in base), 1e-9)
+            out.append(SetExposure(list(row["principals"]), row["keys"], eligible, total, plan, restricted,
+                                   statistics.mean(recalls), ratio))
+    return out
+
+
+async def _timed(conn: Any, legs: SearchLegs, caller: Caller, samples: list[Any], k: int
+                 ) -> list[tuple[list[uuid.UUID], float]]:
+    out = []
+    for sample in samples:
+        started = time.perf_counter()
+        found = [i for i, _ in await legs.semantic(conn, "claim", caller, sample["embedding"].to_list(), k)]
+        out.append((found, time.perf_counter() - started))
+    return out

@@ -19,6 +19,9 @@ BM25_REFERENCE_LENGTHS = {"claim": 16.0, "chunk": 64.0, "fact": 8.0, "entity": 3
 BM25_FIRST_DEPTH = 200
 BM25_READ_MAX = 40_000
 BM25_COMPLETE_MAX = 2_000
+# A round brings back at least this many visible targets (8k in general, see
+# ``returned_per_round``): those whose scores may be highest, by what was read.
+BM25_RETURNED_MIN = 200
 # Up to this many postings over all query terms (known from the counters), every one is
 # scored in one statement instead: as many as the prefix rounds may read, because on short
 # uniform texts they read whole lists anyway, checking the visibility of every posting read
@@ -41,29 +44,38 @@ BM25_TERM_SQL = ("{idf} * (p.tf * 2.2::float8) / (p.tf + 1.2::float8 * (0.25::fl
 BM25_SUM_SQL = 'sum({term} ORDER BY p.term COLLATE "C")'
 
 
+def returned_per_round(k: int) -> int:
+    """How many visible targets a round brings back (the best by what was read)."""
+    return max(BM25_RETURNED_MIN, 8 * k)
+
+
 class ThresholdTopK:
     """One round of impact-ordered prefixes, judged by Fagin's threshold test. A visible
     target read in a term's prefix has that term's exact part; a term whose whole list was
     read (fewer rows than the depth) adds nothing to targets it did not list; any other
-    missing part is at most the term's lowest impact read times the slack. The top k is
+    missing part is at most the term's lowest impact read times the slack. Of the targets
+    read, the round returns the ``returned`` visible ones with the highest such bounds; any
+    other visible target read is bounded by the last of them (``rest``). The top k is
     proven when no other target, read or unread, can reach the k-th exact score."""
 
-    def __init__(self, rows: Sequence[Any], terms: Sequence[str], n: float, avgdl: float, slack: float,
-                 depth: int) -> None:
+    def __init__(self, rows: Sequence[Any], terms: Sequence[str], df: dict[str, int], n: float, avgdl: float,
+                 slack: float, depth: int, returned: int) -> None:
         self.avgdl = avgdl
-        self.idf: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        self.df: dict[str, int] = {}
+        self.df = df
+        self.idf = {t: bm25_idf(int(n), df[t]) for t in terms if df[t]}
+        self.terms = [t for t in terms if t in self.idf]
+        self.bound = dict.fromkeys(self.terms, 0.0)  # a term no row read: its list is empty
+        self.rest = -math.inf
         postings = []
         for r in rows:
-            if r["target_id"] is None:
-                self.df[r["term"]] = int(r["df"])
-                self.idf[r["term"]] = bm25_idf(int(n), int(r["df"]))
+            if r["term"] is None:  # the returned targets: their count and the lowest bound
+                if r["walked"] >= returned:
+                    self.rest = r["floor"]
+            elif r["target_id"] is None:
                 exhausted = r["walked"] < depth
                 self.bound[r["term"]] = 0.0 if exhausted else self.idf[r["term"]] * r["floor"] * slack
             else:
                 postings.append(r)
-        self.terms = [t for t in terms if t in self.idf]
         # Per target: the known terms' scores, and their sum in term order (as BM25_SUM_SQL).
         self.known: dict[uuid.UUID, dict[str, float]] = {}
         self.score: dict[uuid.UUID, float] = {}
@@ -73,9 +85,12 @@ class ThresholdTopK:
     def next_depth(self, depth: int, deepest: int) -> int:
         """How deep the next round reads: to the end of every unfinished list when that is
         within the bound (one more round then proves the answer; flat impacts, as in short
-        fact labels, would otherwise take a round per factor of four), else four times deeper."""
+        fact labels, would otherwise take a round per factor of four), else four times deeper,
+        and to the bound itself rather than a last short step."""
         needed = max((self.df[t] for t in self.terms if self.bound[t] > 0), default=0) + 1
-        return min(deepest, needed if needed <= deepest else depth * 4)
+        if needed <= deepest:
+            return max(needed, depth + 1)
+        return deepest if depth * 8 > deepest else depth * 4
 
     def _add(self, postings: Sequence[Any]) -> None:
         for p in postings:
@@ -101,13 +116,13 @@ class ThresholdTopK:
         exact.sort(key=lambda x: (-x[1], x[0]))
         return exact, open_
 
-    def contenders(self, k: int, *, last: bool) -> list[uuid.UUID]:
+    def contenders(self, k: int) -> list[uuid.UUID]:
         """Read targets with unknown parts that could still reach the top k, best bound
-        first (on the last round, the 4k best: the bounded answer is chosen among them)."""
+        first (at most BM25_COMPLETE_MAX: on the last round the answer is chosen among them)."""
         exact, open_ = self._split()
         threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
         ranked = sorted(((i, upper) for i, upper in open_ if upper >= threshold), key=lambda x: (-x[1], x[0]))
-        return [i for i, _ in ranked[:4 * k if last else BM25_COMPLETE_MAX]]
+        return [i for i, _ in ranked[:BM25_COMPLETE_MAX]]
 
     def complete(self, targets: Sequence[uuid.UUID], postings: Sequence[Any]) -> None:
         """Every query term's posting of these targets (random access): their scores are exact."""
@@ -118,5 +133,9 @@ class ThresholdTopK:
         exact, open_ = self._split()
         threshold = exact[k - 1][1] if len(exact) >= k else -math.inf
         unseen = sum(self.bound.values())
-        proven = (unseen == 0.0 or unseen < threshold) and all(upper < threshold for _, upper in open_)
+        # Every list read to its end: the returned targets are complete, and any other came
+        # after them in (score, id) order, the order of the answer.
+        rest_below = self.rest == -math.inf or unseen == 0.0 or self.rest < threshold
+        proven = ((unseen == 0.0 or unseen < threshold) and rest_below
+                  and all(upper < threshold for _, upper in open_))
         return exact[:k], proven

@@ -181,7 +181,9 @@ class Primitives:
                 env.chunks.append(message)
         env.dropped_by_hydration = dropped
         if len(ids) >= k:
-            truncation(env, returned=len(ids) - dropped, estimated=len(ids), exact=False, reason="result_budget")
+            # A BM25 read that reached its cap says how many targets at least match.
+            estimated = max(len(ids), getattr(hits, "matched", None) or 0)
+            truncation(env, returned=len(ids) - dropped, estimated=estimated, exact=False, reason="result_budget")
         if dropped == len(ids):
             negative(env, "known_empty", "nothing in memory matches the query")
         return env

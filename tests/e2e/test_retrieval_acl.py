@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from services.platform.auth import Caller, Scope
+from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.retrieval import adapters as db
@@ -143,9 +144,16 @@ def test_the_exposure_check_reports_per_principal(loaded, tmp_path: Path) -> Non
 
     async def run() -> dict:
         database = await Database.connect(dsn, min_size=1, max_size=2)
+        credentials = PgCredentials(database)
         try:
+            # Principal sets as keys hold them: two keys with one set (in another order), one
+            # with a thousand principals of which one occurs in an ACL, and a trusted key.
+            for held in (["billing", "search"], ["search", "billing"], ["hiring", *(f"x{i}" for i in range(1000))]):
+                await credentials.create_key(scope=Scope.READ, principals=held)
+            await credentials.create_key(scope=Scope.READ, trusted=True)
             return await check(database, k=5, queries=5)
         finally:
+            await database.execute("DELETE FROM credentials")
             await database.close()
 
     report = asyncio.run(run())
@@ -154,3 +162,11 @@ def test_the_exposure_check_reports_per_principal(loaded, tmp_path: Path) -> Non
     # Which plan each principal set got, over its sample queries.
     assert all(sum(p["testament_plans"].values()) == p["queries"] and set(p["testament_plans"]) <= {"exact", "hnsw"}
                for p in report["principals"])
+    # And every key's principal set: the plan its visible rows give it, recall, latency.
+    sets = {tuple(s["principals"][:2]): s for s in report["principal_sets"]}
+    assert set(sets) == {("billing", "search"), ("hiring", "x0")}
+    assert sets[("billing", "search")]["keys"] == 2 and sets[("hiring", "x0")]["keys"] == 1
+    for s in sets.values():
+        assert s["plan"] == "exact" and s["restricted"] and 0 < s["eligible_rows"] < s["space_rows"]
+        assert s["testament_recall_at_k"] >= 0.99 and s["latency_vs_trusted"] > 0
+    assert sets[("hiring", "x0")]["eligible_rows"] < sets[("billing", "search")]["eligible_rows"]

@@ -16,14 +16,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pgvector.asyncpg import register_vector
+from testament.common.v1 import types_pb2
 
 from bench import bench_retrieval as bench
 from bench.bench_scale import EXHAUSTIVE  # the query the bounded scan replaced
 from services.pipeline.adapters.store import _delete_postings, index_text
 from services.platform.auth import Caller, Scope
+from services.platform.db import Database
+from services.platform.embeddings import HashEmbeddings
 from services.platform.text import query_tokens
 from services.retrieval import adapters, lexical
 from services.retrieval.adapters import SearchLegs
+from services.retrieval.app import Retrieval
+from services.retrieval.primitives import Primitives
 
 WORDS = ["alpha", "brick", "cedar", "delta", "ember", "fjord", "grain", "harbor", "ivory", "jolt", "kelp",
          "lumen", "mesa", "nadir", "orbit"]
@@ -177,6 +182,40 @@ async def test_the_cap_bounds_the_read_and_says_so(dsn: str, monkeypatch: pytest
         assert legs.plans[-1] in ("bm25_bounded", "bm25_exact") and len(found) == 10
         for target, score in found:
             assert score == pytest.approx(truth[target], rel=1e-9)
+        assert found.matched is None if legs.plans[-1] == "bm25_exact" else found.matched >= 10
+    finally:
+        await conn.close()
+
+
+async def test_a_term_in_every_text_is_read_to_the_cap_and_the_cut_says_how_many_match(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flat impacts (every text alike) never prove a prefix: the read stops at the cap and
+    the answer says how many targets at least match (search reports it as the truncation's
+    estimated total)."""
+    monkeypatch.setattr(lexical, "BM25_EXHAUSTIVE_MAX", 0)
+    monkeypatch.setattr(lexical, "BM25_FIRST_DEPTH", 4)
+    monkeypatch.setattr(lexical, "BM25_READ_MAX", 40)
+    conn = await connect(dsn)
+    try:
+        space = await bench.new_space(conn, "bm25-flat")
+        new_id = bench.Ids(uuid.uuid4().int >> 96)
+        flat = bench.Corpus(space, [bench.DocGen(new_id(), f"doc {d}", [], [[bench.ClaimGen(new_id(), "alpha brick.")
+                                                                            for _ in range(3)]]) for d in range(50)])
+        await write(conn, flat)
+        legs = SearchLegs()
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            found = await legs.lexical(conn, "claim", Caller(space, Scope.READ, None), "alpha brick", 10)
+        assert legs.plans[-1] == "bm25_bounded" and len(found) == 10 and found.matched == 150
+        # search_claims reports the cut in its envelope.
+        db = await Database.connect(dsn)
+        try:
+            env = await Primitives(Retrieval(db, HashEmbeddings(384), None)).search(
+                Caller(space, Scope.READ, None), "claim", "alpha brick", 10, "bm25")
+        finally:
+            await db.close()
+        assert len(env.evidence) == 10 and env.truncation.truncated and not env.truncation.total_is_exact
+        assert env.truncation.estimated_total == 150
+        assert env.truncation.reason == types_pb2.TRUNCATION_REASON_RESULT_BUDGET
     finally:
         await conn.close()
 
