@@ -470,6 +470,17 @@ class MiniLMEmbeddings:
         return await asyncio.to_thread(self._encode, list(texts))
 
 
+def provider_hint(model: str) -> str:
+    """The setting that embeds with ``model`` again, for a refusal to name."""
+    if model == RUNTIME_MODELS["onnx-int8"]:
+        return "TESTAMENT_EMBEDDING_PROVIDER=minilm"
+    if model == RUNTIME_MODELS["numpy"]:
+        return "TESTAMENT_EMBEDDING_PROVIDER=minilm-f32 (or sentence-transformers)"
+    if (hashed := re.fullmatch(r"hash-(\d+)-v1", model)) is not None:
+        return f"TESTAMENT_EMBEDDING_PROVIDER=hash and TESTAMENT_EMBEDDING_DIMENSION={hashed.group(1)}"
+    return f"TESTAMENT_EMBEDDING_PROVIDER=openai and TESTAMENT_OPENAI_EMBEDDING_MODEL={model}"
+
+
 async def warm_up(provider: object) -> None:
     """Load a local model now (a provider without weights to load has nothing to do)."""
     warm = getattr(provider, "warm_up", None)
