@@ -1,12 +1,16 @@
-"""A BERT encoder in NumPy, for small sentence-embedding models such as all-MiniLM-L6-v2.
+"""BERT sentence encoders without torch, for small models such as all-MiniLM-L6-v2: two
+runners over one tokenizer, batching and pooling.
 
-Why not torch: the model is six layers of 384 wide; its forward pass is a few matrix
-products per layer, which NumPy's BLAS runs as fast on two CPU cores as torch does,
-without ~900 MB of torch and transformers in the default install. The weights are read
-from the model's ``model.safetensors`` (``safetensors.numpy``), the WordPiece tokenizer
-from its ``tokenizer.json`` (the Rust ``tokenizers`` library): exactly the files the
-sentence-transformers package would load, so the vectors agree with it (cosine above
-0.99999; checked in tests/integration/pipeline/test_embeddings.py).
+* :class:`BertEncoder`, NumPy float32 — the reference. The model is six layers of 384
+  wide; its forward pass is a few matrix products per layer, which NumPy's BLAS runs as
+  fast on two CPU cores as torch does, without ~900 MB of torch and transformers. The
+  weights are read from the model's ``model.safetensors`` (``safetensors.numpy``), the
+  WordPiece tokenizer from its ``tokenizer.json`` (the Rust ``tokenizers`` library): exactly
+  the files the sentence-transformers package would load, so the vectors agree with it
+  (cosine above 0.99999; checked in tests/integration/pipeline/test_embeddings.py).
+* :class:`OnnxEncoder`, onnxruntime over an int8 graph (:func:`cached_quantized_graph`) —
+  the default: the weight products run on the CPU's int8 dot-product instructions, 2.3
+  times the passages per CPU-second at cosine ~0.99 to the reference.
 
 Sentence embedding = mean of the last layer over the real tokens, L2-normalised (the
 model's ``1_Pooling`` configuration), inputs truncated to ``max_seq_length`` tokens.
