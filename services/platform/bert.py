@@ -273,13 +273,14 @@ class OnnxEncoder(_SentenceEncoder):
     whole batch, padding included, so batched texts would get vectors that depend on their
     companions (cosine down to 0.97 between two batchings); alone, a text's vector depends on its
     text only. It costs ~35% more CPU than passes of 16 and is still 1.7x less than float32.
-    One intra-op thread a session: the provider runs one pass per core side by side (the
-    session releases the GIL while it runs), which on two shared cores beats one pass split
-    over both threads (see bench/bench_embedding.py)."""
+    ``threads`` intra-op threads (not spinning while they wait): the provider runs one pass
+    at a time over every core. Passes of one text leave a shared pass slot little to
+    coalesce, so two single-threaded slots side by side mostly ran one at a time; one pass
+    over two threads ran 1.65x the passages per second (bench/bench_embedding.py)."""
 
     rows_a_pass = 1
 
-    def __init__(self, model_dir: Path, graph: Path, *, max_seq_length: int | None = None, threads: int = 1) -> None:
+    def __init__(self, model_dir: Path, graph: Path, *, max_seq_length: int | None = None, threads: int) -> None:
         import onnxruntime as ort
 
         super().__init__(model_dir, max_seq_length)

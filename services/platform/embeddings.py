@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 
 import httpx
 
-from services.platform.blas import forward_parallelism
+from services.platform.blas import forward_parallelism, pass_per_core
 from services.platform.db import remaining_timeout
 from services.platform.provider_http import error_message, retry_after
 from services.platform.settings import default_model_cache
@@ -380,10 +380,10 @@ class MiniLMEmbeddings:
         self.batch_size = batch_size
         self._encoder: Any = None
         self._lock = threading.Lock()
-        # Forward passes at once: one per core for onnxruntime (one thread a session) and for
-        # NumPy when BLAS runs single-threaded (see services.platform.blas), else one (a
-        # multi-threaded BLAS already takes every core, and two of them spin against each other).
-        default_parallel = forward_parallelism() if runtime == "numpy" else max(1, min(4, os.cpu_count() or 1))
+        # Forward passes at once: for NumPy one per core when BLAS runs single-threaded (see
+        # services.platform.blas), else one (a multi-threaded BLAS already takes every core,
+        # and two of them spin against each other); for onnxruntime one, over every core.
+        default_parallel = forward_parallelism() if runtime == "numpy" else 1
         self._busy = threading.BoundedSemaphore(parallel or default_parallel)
         # Texts waiting for a forward pass. Whoever holds a pass slot takes what is waiting,
         # its own request and other callers' alike, so concurrent small calls (a pipeline
@@ -404,7 +404,7 @@ class MiniLMEmbeddings:
                     encoder: Any = BertEncoder(path)
                 else:
                     encoder = OnnxEncoder(path, cached_quantized_graph(packaged_graph(), GRAPH_SHA256,
-                                                                       self._cache_dir))
+                                                                       self._cache_dir), threads=pass_per_core())
                 # A forward pass gives up the GIL inside each matrix product and needs it back
                 # for the next step; with the default 5 ms switch interval a busy event loop
                 # (the pipeline's other stages) makes it wait that long each time: with one
