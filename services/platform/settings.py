@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     chunk_token_budget: int = Field(default=400, ge=32, le=8192)
     embedding_provider: Literal["minilm", "minilm-f32", "hash", "sentence-transformers", "openai"] = Field(
         default="minilm", description="minilm: all-MiniLM-L6-v2 in int8 through onnxruntime from the packaged "
-        "graph (semantic, offline); minilm-f32: the same model in NumPy float32 (the reference, 2.3x slower); "
+        "graph (semantic, offline); minilm-f32: the same model in NumPy float32 (the reference, ~2.7x the CPU); "
         "hash: lexical feature hashing (tests, tiny installs); sentence-transformers: the same MiniLM through torch "
         "(extra `local-embeddings`); openai: an OpenAI-compatible /embeddings endpoint.")
     embedding_dimension: int = Field(default=384, ge=8, le=4096)
