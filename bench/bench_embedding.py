@@ -1,16 +1,16 @@
-"""Passages per second of the default embedder (MiniLM in NumPy) as the pipeline calls it:
-four workers at once, each asking for the vectors of one small document (6 passages, the
-labelled set's turns and blocks). Two configurations in the same run, each in a fresh
-process (BLAS reads its thread count when NumPy loads):
+"""Passages per second of the MiniLM runners as the pipeline calls them: four workers at
+once, each asking for the vectors of one small document (6 passages, the labelled set's
+turns and blocks), with waiting calls coalesced into shared passes. Each configuration runs
+in a fresh process (BLAS reads its thread count when NumPy loads), three times; the medians
+are printed, with passages per CPU-second (steadier than wall time on a shared machine):
 
-* baseline: BLAS's own thread count and one forward pass at a time, 64 rows a pass (the
-  provider as it was);
-* separate calls: one BLAS thread, one forward pass per core, 16 rows a pass, each call
-  its own pass and the default 5 ms GIL switch interval (the provider before calls were
-  coalesced);
-* default: the same, with calls that wait for a pass encoded together and a 0.5 ms GIL
-  switch interval (what the services run, see ``services/platform/blas.py`` and
-  ``MiniLMEmbeddings``).
+* baseline: the float32 NumPy runner (``minilm-f32``), one BLAS thread, a pass per core;
+* onnxruntime over the packaged graph as it is (weights stored int8, products in float32);
+* onnxruntime over the derived int8 graph, one pass at a time over a thread per core (the
+  default ``minilm``), and the same with one thread a session and a pass per core.
+
+Each row also says how close its vectors are to the float32 reference (cosine, median and
+lowest over the labelled set's passages).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -26,52 +27,79 @@ from bench._common import Row
 
 CALLERS = 4
 PER_CALL = 6
+REPEATS = 3
 
 _PROBE = f"""
 import asyncio, json, sys, time
+import numpy as np
 from bench import labelled, quality
-from services.platform import embeddings
-from services.platform.embeddings import MiniLMEmbeddings
+from services.platform.bert import OnnxEncoder, cached_quantized_graph
+from services.platform.embeddings import (GRAPH_SHA256, MiniLMEmbeddings, packaged_graph, packaged_model_zip,
+                                          unpack_model)
+from services.platform.settings import default_model_cache
 texts = [u.body for u in quality.all_units(labelled.load())]
-old = sys.argv[1] == "baseline"
-if sys.argv[1] == "separate":
-    embeddings.COALESCE, embeddings.GIL_SWITCH_S = 1, sys.getswitchinterval()
-provider = MiniLMEmbeddings(batch_size=64, parallel=1, memo_size=0) if old else MiniLMEmbeddings(memo_size=0)
+mode = sys.argv[1]
+provider = MiniLMEmbeddings(runtime="numpy" if mode == "f32" else "onnx-int8", memo_size=0,
+                            parallel=2 if mode == "int8-2passes" else None)
 async def main():
     await provider.warm_up()
+    model_dir = unpack_model(packaged_model_zip(), default_model_cache())
+    if mode == "graph-as-is":
+        provider._encoder = OnnxEncoder(model_dir, packaged_graph(), threads=2)
+    elif mode == "int8-2passes":
+        graph = cached_quantized_graph(packaged_graph(), GRAPH_SHA256, default_model_cache())
+        provider._encoder = OnnxEncoder(model_dir, graph, threads=1)
+    await provider.embed(texts[:32])
+    provider._memo.clear()
     async def caller(part):
         for i in range(0, len(part), {PER_CALL}):
             await provider.embed(part[i:i + {PER_CALL}])
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(caller(texts[k::{CALLERS}]) for k in range({CALLERS})))
-    print(json.dumps({{"n": len(texts), "s": time.perf_counter() - started}}))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    vectors = np.asarray(await provider.embed(texts), dtype=np.float32)
+    np.save(sys.argv[2], vectors)
+    print(json.dumps({{"n": len(texts), "s": wall, "cpu": cpu}}))
 asyncio.run(main())
 """
 
+MODES = {
+    "f32": "MiniLM float32 in NumPy, a pass per core (baseline, minilm-f32)",
+    "graph-as-is": "onnxruntime, packaged graph as is (float32 products)",
+    "int8": "onnxruntime int8, one pass at a time over 2 threads (default)",
+    "int8-2passes": "onnxruntime int8, 1 thread a session, a pass per core",
+}
 
-def _probe(mode: str) -> tuple[int, float]:
+
+def _probe(mode: str, out: Path) -> dict[str, float]:
     env = dict(os.environ)
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.pop(name, None)
-    if mode != "baseline":
-        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode], env=env, check=True, capture_output=True, text=True,  # noqa: S603
-                         cwd=Path(__file__).resolve().parent.parent).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    return result["n"], result["s"]
+    env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
+    stdout = subprocess.run([sys.executable, "-c", _PROBE, mode, str(out)], env=env, check=True,  # noqa: S603
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent).stdout
+    return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 async def run() -> list[Row]:
-    rows = []
-    n, base_s = await asyncio.to_thread(_probe, "baseline")
-    rows.append(Row("embedding", "MiniLM, BLAS threads, one pass at a time (baseline)", n, base_s * 1000 / n,
-                    base_s * 1000 / n, extra=f"{n / base_s:.1f} passages/s, {CALLERS} callers of {PER_CALL}"))
-    n, separate_s = await asyncio.to_thread(_probe, "separate")
-    rows.append(Row("embedding", "MiniLM, a pass per core, each call its own pass", n, separate_s * 1000 / n,
-                    separate_s * 1000 / n, extra=f"{n / separate_s:.1f} passages/s, {CALLERS} callers of {PER_CALL}",
-                    baseline_p50_ms=base_s * 1000 / n))
-    n, new_s = await asyncio.to_thread(_probe, "default")
-    rows.append(Row("embedding", "MiniLM, a pass per core, waiting calls coalesced (default)", n, new_s * 1000 / n,
-                    new_s * 1000 / n, extra=f"{n / new_s:.1f} passages/s, {CALLERS} callers of {PER_CALL}",
-                    baseline_p50_ms=base_s * 1000 / n))
-    return rows
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as scratch:
+        runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+        for _ in range(REPEATS):  # interleaved, so that a burst of load falls on every mode
+            for mode in MODES:
+                runs[mode].append(await asyncio.to_thread(_probe, mode, Path(scratch) / f"{mode}.npy"))
+        reference = np.load(Path(scratch) / "f32.npy")
+        rows = []
+        base_ms = None
+        for mode, title in MODES.items():
+            n = int(runs[mode][0]["n"])
+            wall = statistics.median(r["s"] for r in runs[mode])
+            cpu = statistics.median(r["cpu"] for r in runs[mode])
+            cosine = (np.load(Path(scratch) / f"{mode}.npy") * reference).sum(axis=1)
+            ms = wall * 1000 / n
+            rows.append(Row("embedding", title, n, ms, ms, baseline_p50_ms=base_ms,
+                            extra=f"{n / wall:.1f} passages/s, {n / cpu:.1f} per CPU-s, cosine to f32 median "
+                                  f"{np.median(cosine):.4f} min {cosine.min():.4f}"))
+            base_ms = base_ms or ms
+        return rows

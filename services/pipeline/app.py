@@ -171,11 +171,14 @@ class Stages:
 
     def _check_model(self, fixed: tuple[str, int] | None) -> None:
         if fixed is not None and fixed != (self.embeddings.model, self.embeddings.dimension):
+            from services.platform.embeddings import provider_hint
+
             raise StageFailure(
                 "provider_rejected",
                 f"this space embeds with {fixed[0]} ({fixed[1]} dimensions); the configured model "
                 f"{self.embeddings.model} ({self.embeddings.dimension}) is refused: re-embed the space with "
-                f"`testament ops reembed`, then replay these units, or configure {fixed[0]} again",
+                f"`testament ops reembed`, then replay these units, or configure {fixed[0]} again "
+                f"({provider_hint(fixed[0])})",
                 permanent=True,
             )
 

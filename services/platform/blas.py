@@ -21,9 +21,12 @@ def single_threaded() -> None:
         os.environ.setdefault(name, "1")
 
 
+def pass_per_core() -> int:
+    """One forward pass per core, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def forward_parallelism() -> int:
-    """Forward passes to run side by side: one per core (at most 4) when BLAS is
-    single-threaded, else one."""
-    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
-        return max(1, min(4, os.cpu_count() or 1))
-    return 1
+    """NumPy forward passes to run side by side: one per core when BLAS is single-threaded,
+    else one."""
+    return pass_per_core() if os.environ.get("OPENBLAS_NUM_THREADS") == "1" else 1

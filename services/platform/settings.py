@@ -129,10 +129,11 @@ class Settings(BaseSettings):
     work_retry_backoff_max_s: float = Field(default=60.0, ge=0, le=86400)
     work_max_attempts: int = Field(default=3, ge=1, le=100)
     chunk_token_budget: int = Field(default=400, ge=32, le=8192)
-    embedding_provider: Literal["minilm", "hash", "sentence-transformers", "openai"] = Field(
-        default="minilm", description="minilm: all-MiniLM-L6-v2 in NumPy from the packaged weights (semantic, "
-        "offline); hash: lexical feature hashing (tests, tiny installs); sentence-transformers: the same MiniLM "
-        "through torch (extra `local-embeddings`); openai: an OpenAI-compatible /embeddings endpoint.")
+    embedding_provider: Literal["minilm", "minilm-f32", "hash", "sentence-transformers", "openai"] = Field(
+        default="minilm", description="minilm: all-MiniLM-L6-v2 in int8 through onnxruntime from the packaged "
+        "graph (semantic, offline); minilm-f32: the same model in NumPy float32 (the reference, ~2.7x the CPU); "
+        "hash: lexical feature hashing (tests, tiny installs); sentence-transformers: the same MiniLM through torch "
+        "(extra `local-embeddings`); openai: an OpenAI-compatible /embeddings endpoint.")
     embedding_dimension: int = Field(default=384, ge=8, le=4096)
     model_cache: Path | None = Field(
         default=None, description="Where packaged model weights are unpacked (default "

@@ -294,36 +294,92 @@ REFERENCE = json.loads((Path(__file__).resolve().parents[2] / "data" / "minilm_r
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory) -> MiniLMEmbeddings:
-    return MiniLMEmbeddings(cache_dir=tmp_path_factory.mktemp("minilm"), batch_size=2)
+def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("minilm")
 
 
-async def test_minilm_matches_sentence_transformers_without_torch(minilm: MiniLMEmbeddings) -> None:
+@pytest.fixture(scope="module")
+def minilm(minilm_cache: Path) -> MiniLMEmbeddings:
+    return MiniLMEmbeddings(cache_dir=minilm_cache, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def minilm_f32(minilm_cache: Path) -> MiniLMEmbeddings:
+    return MiniLMEmbeddings(runtime="numpy", cache_dir=minilm_cache, batch_size=2)
+
+
+async def test_minilm_f32_matches_sentence_transformers_without_torch(minilm_f32: MiniLMEmbeddings) -> None:
     # The reference vectors were computed by sentence-transformers over torch; the NumPy
     # encoder must give the same model (same name, so a space can switch runtimes freely).
-    assert minilm.model == SentenceTransformerEmbeddings.model and minilm.dimension == 384
-    await minilm.warm_up()
-    got = await minilm.embed(REFERENCE["texts"])  # includes emoji, German and a text past 256 tokens
+    assert minilm_f32.model == SentenceTransformerEmbeddings.model and minilm_f32.dimension == 384
+    await minilm_f32.warm_up()
+    got = await minilm_f32.embed(REFERENCE["texts"])  # includes emoji, German and a text past 256 tokens
     for vector, expected in zip(got, REFERENCE["vectors"], strict=True):
         assert norm(vector) == pytest.approx(1.0, abs=1e-5)
         assert cosine(vector, expected) > 0.99999
+    assert (await minilm_f32.embed([REFERENCE["texts"][1]]))[0] == pytest.approx(got[1], abs=1e-5)  # batch independent
+    assert await minilm_f32.embed([]) == []
+
+
+def _derived_graphs(cache: Path) -> list[tuple[str, int]]:
+    return sorted((p.name, p.stat().st_mtime_ns) for p in cache.glob("minilm-*.onnx"))
+
+
+async def test_minilm_int8_is_the_same_model_under_its_own_name(minilm: MiniLMEmbeddings, minilm_cache: Path) -> None:
+    # The int8 graph is derived from the packaged ONNX file at warm-up; its vectors are close
+    # to the float32 reference but not equal, so a space records a different model name and
+    # a float32 space is refused to it (re-embed), never mixed.
+    assert minilm.runtime == "onnx-int8" and minilm.dimension == 384
+    assert minilm.model != SentenceTransformerEmbeddings.model
+    await minilm.warm_up()
+    got = await minilm.embed(REFERENCE["texts"])
+    for vector, expected in zip(got, REFERENCE["vectors"], strict=True):
+        assert norm(vector) == pytest.approx(1.0, abs=1e-5)
+        assert cosine(vector, expected) > 0.98
     assert (await minilm.embed([REFERENCE["texts"][1]]))[0] == pytest.approx(got[1], abs=1e-5)  # batch independent
-    assert await minilm.embed([]) == []
+    derived = _derived_graphs(minilm_cache)
+    assert len(derived) == 1
+    again = MiniLMEmbeddings(cache_dir=minilm_cache)
+    await again.warm_up()  # a second start reads the derived graph from the cache
+    assert _derived_graphs(minilm_cache) == derived
+    assert not list(minilm_cache.glob("tmp*"))  # noqa: ASYNC240 (no private directory left behind)
+    assert (await again.embed(REFERENCE["texts"][:1]))[0] == pytest.approx(got[0], abs=1e-5)
 
 
-async def test_minilm_knows_meaning_that_words_do_not_share(minilm: MiniLMEmbeddings) -> None:
-    a, b, unrelated = await minilm.embed([*SIMILAR, UNRELATED])
+@pytest.mark.parametrize("provider", ["minilm", "minilm-f32"])
+async def test_minilm_knows_meaning_that_words_do_not_share(provider: str, minilm: MiniLMEmbeddings,
+                                                            minilm_f32: MiniLMEmbeddings) -> None:
+    chosen = minilm if provider == "minilm" else minilm_f32
+    a, b, unrelated = await chosen.embed([*SIMILAR, UNRELATED])
     assert cosine(a, b) > cosine(a, unrelated) + 0.3
-    car, automobile, banana = await minilm.embed(["I bought a new car.", "She purchased an automobile.",
+    car, automobile, banana = await chosen.embed(["I bought a new car.", "She purchased an automobile.",
                                                   "Bananas are rich in potassium."])
     assert cosine(car, automobile) > cosine(car, banana) + 0.3  # no word in common, still close
 
 
-def test_minilm_is_the_default_provider() -> None:
-    from services.platform.embeddings import provider_from_settings
+def test_minilm_refuses_a_graph_that_is_not_the_pinned_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.platform import embeddings
+
+    monkeypatch.setattr(embeddings, "GRAPH_SHA256", "0" * 64)
+    with pytest.raises(EmbeddingUnavailable, match="is not the pinned MiniLM graph"):
+        MiniLMEmbeddings(cache_dir=tmp_path)._load()
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_minilm_is_the_default_provider_and_f32_a_choice() -> None:
+    from services.platform.embeddings import provider_from_settings, provider_hint
     from services.platform.settings import Settings
 
-    assert isinstance(provider_from_settings(Settings()), MiniLMEmbeddings)
+    default = provider_from_settings(Settings())
+    assert isinstance(default, MiniLMEmbeddings) and default.runtime == "onnx-int8"
+    f32 = provider_from_settings(Settings(embedding_provider="minilm-f32"))
+    assert isinstance(f32, MiniLMEmbeddings) and f32.runtime == "numpy" and f32.model != default.model
+    with pytest.raises(ValueError, match="unknown minilm runtime"):
+        MiniLMEmbeddings(runtime="torch")  # type: ignore[arg-type]
+    # a refusal names the setting that embeds with the space's model again
+    assert provider_hint(default.model) == "TESTAMENT_EMBEDDING_PROVIDER=minilm"
+    assert "minilm-f32" in provider_hint(f32.model)
+    assert "TESTAMENT_EMBEDDING_DIMENSION=256" in provider_hint("hash-256-v1")
 
 
 async def test_a_query_embedding_gets_only_what_is_left_of_the_request_deadline(server: FakeOpenAI) -> None:
