@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.labelled import KINDS, Document, LabelledSet, Question, Unit
-from services.retrieval.domain import EvidenceCandidates, FusionWeights, fuse_evidence
+from services.retrieval.domain import EvidenceCandidates, FusionWeights, UnitKey, fuse_evidence, fuse_units
 
 DEPTH = 20
 CUTS = (5, 10, 20)
@@ -165,8 +165,14 @@ class UnitMap:
         return self.of_range(c.doc_id, c.char_start, c.char_end)
 
     def of_envelope(self, env: Any) -> list[str]:
-        """An evidence envelope's items in the order of its ranking (claims and chunks on one
-        fused scale); items without a ranking entry follow in their returned order."""
+        """An evidence envelope's units as a reader takes them. Ranked by unit (a ranking entry
+        ``<chunk id>#<n>``), the passages are the best turns and blocks themselves, best first,
+        and the claims (read from them) follow. Otherwise the items in the order of the ranking
+        (claims and chunks on one fused scale); items without a ranking entry follow in their
+        returned order."""
+        if any("#" in r.item_id for r in env.ranking):
+            return distinct([*(u for c in env.chunks for u in self.of_chunk(c)),
+                             *(u for e in env.evidence for u in self.of_claim(e))])
         score = {r.item_id: r.score for r in env.ranking}
         items: list[tuple[float, int, list[str]]] = []
         for i, e in enumerate(env.evidence):
@@ -235,10 +241,16 @@ class Case:
     question: Question
     candidates: EvidenceCandidates
     units: dict[uuid.UUID, list[str]]  # claim or chunk id -> its units
+    unit_ids: dict[UnitKey, list[str]] = dataclasses.field(default_factory=dict)  # retrieval unit -> its units
 
 
-def ranked_units(case: Case, weights: FusionWeights) -> list[str]:
+def ranked_units(case: Case, weights: FusionWeights, k: int = 50) -> list[str]:
+    """The units of the replayed answer as :meth:`UnitMap.of_envelope` reads the real one."""
     claims, chunks = fuse_evidence(case.candidates, weights)
+    if weights.by_unit:
+        ranked = fuse_units(case.candidates.units, claims, chunks, weights)[:k]
+        return distinct([*(u for f in ranked for u in case.unit_ids.get(f.key, ())),
+                         *(u for f in claims for u in case.units.get(f.item_id, ()))])
     merged = sorted([*claims, *chunks], key=lambda f: (-f.score, str(f.item_id)))
     return distinct(u for f in merged for u in case.units.get(f.item_id, ()))
 
@@ -265,17 +277,21 @@ async def collect(retrieval: Any, caller: Any, questions: Sequence[Question],
             spans = [(s["char_start"], s["char_end"]) for s in row["evidence_spans"] or []] or \
                 [(row["char_start"], row["char_end"])]
             mapped[cid] = [u for a, b in spans for u in units.of_range(str(row["doc_id"]), a, b)]
+        unit_ids: dict[UnitKey, list[str]] = {}
         for cid, row in chunk_rows.items():
             mapped[cid] = units.of_range(str(row["doc_id"]), row["char_start"], row["char_end"])
-        cases.append(Case(q, cands, mapped))
+            for n, (start, end, _) in enumerate(retrieval.unit_spans(cid, row)):
+                unit_ids[(cid, n)] = units.of_range(str(row["doc_id"]), start, end)
+        cases.append(Case(q, cands, mapped, unit_ids))
     return cases
 
 
 
 
 def alone(channel: str) -> FusionWeights:
-    """One channel by itself, in its own order (no lifts, no cross credit)."""
+    """One channel by itself, in its own order (no lifts, no cross credit); a unit channel
+    ranks units alone (the claims, in their fused order, follow as in the answer)."""
     return FusionWeights(**{n: (1.0 if n == channel else 0.0) for n in FUSED_CHANNELS})
 
 
-FUSED_CHANNELS = ("claim_semantic", "claim_bm25", "chunk_semantic", "chunk_bm25")
+FUSED_CHANNELS = ("claim_semantic", "claim_bm25", "chunk_semantic", "chunk_bm25", "unit_semantic", "unit_bm25")

@@ -288,9 +288,50 @@ class FusionWeights:
     claim_share: float = 1.0
     dense: float = 0.0
     coverage: float = 0.0
+    # The unit stage (``fuse_units``): every weight 0 leaves it off (passages are whole chunks).
+    unit_semantic: float = 0.0
+    unit_bm25: float = 0.0
+    unit_passage: float = 0.0
+    unit_claim: float = 0.0
+    unit_k: int = RRF_K
 
     def weight(self, kind: str, channel: str) -> float:
         return float(getattr(self, f"{kind}_{channel}"))
+
+    @property
+    def by_unit(self) -> bool:
+        return any(self.weight("unit", leg) for leg in UNIT_LEGS)
+
+
+UnitKey = tuple[uuid.UUID, int]  # a retrieval unit: (chunk id, ordinal of its turn or block)
+UNIT_LEGS = ("semantic", "bm25", "passage", "claim")
+
+
+@dataclass(frozen=True)
+class UnitCandidates:
+    """The units (turns, blocks) an answer can return, ranked by each unit leg.
+
+    ``semantic``: by the cosine of their own vectors to the question (the nearest units of
+    the space and every unit of a nominated passage); ``bm25``: the nominated passages' units
+    by Okapi BM25 over their own text. ``of_chunk``: a passage's units in order; ``of_claim``:
+    the units a claim's evidence spans touch (a claim counts through the turns it came from)."""
+
+    semantic: Sequence[UnitKey] = ()
+    bm25: Sequence[UnitKey] = ()
+    of_chunk: Mapping[uuid.UUID, Sequence[UnitKey]] = field(default_factory=dict)
+    of_claim: Mapping[uuid.UUID, Sequence[UnitKey]] = field(default_factory=dict)
+
+
+@dataclass
+class FusedUnit:
+    key: UnitKey
+    score: float = 0.0
+    signals: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def item_id(self) -> str:
+        """How the envelope's ``ranking`` names a unit: ``<chunk id>#<ordinal>``."""
+        return f"{self.key[0]}#{self.key[1]}"
 
 
 @dataclass(frozen=True)
@@ -307,6 +348,7 @@ class EvidenceCandidates:
     # item -> cosine similarity to the question, and the share of its search terms the item holds
     similarity: Mapping[uuid.UUID, float] = field(default_factory=dict)
     term_coverage: Mapping[uuid.UUID, float] = field(default_factory=dict)
+    units: UnitCandidates = field(default_factory=UnitCandidates)
 
 
 # Set from the labelled set (tests/data/retrieval) by ``python -m bench.tune_fusion``, one set
@@ -323,11 +365,12 @@ EVIDENCE_WEIGHTS: dict[str, FusionWeights] = {
     # half 0.854 -> 0.865 (MRR 0.605 -> 0.643); through the operation (`python -m bench
     # quality`): even 0.846 -> 0.849, odd 0.858 -> 0.865, MRR +0.03 and +0.04.
     "semantic": FusionWeights(claim_semantic=1.5, claim_bm25=0.75, chunk_semantic=0.75, chunk_bm25=1.0, k=5,
-                              depth=30, cross=0.0, entity_lift=0.1, temporal_lift=0.0, dense=0.75, coverage=0.25),
+                              depth=30, cross=0.0, entity_lift=0.1, temporal_lift=0.0, dense=0.75, coverage=0.25,
+                              unit_semantic=1.0, unit_bm25=0.5, unit_passage=1.0, unit_claim=0.5, unit_k=10),
     # hash: no mix beats chunks-BM25 alone at recall@10 (0.809); this one ties it with a
     # slightly better MRR, and still returns the claims.
     "lexical": FusionWeights(claim_semantic=0.25, claim_bm25=0.5, chunk_semantic=0.0, chunk_bm25=1.0, k=5,
-                             depth=200),
+                             depth=200, unit_semantic=0.5, unit_bm25=1.0, unit_passage=1.0, unit_claim=0.5, unit_k=10),
 }
 
 
@@ -447,6 +490,33 @@ def _second_stage(items: list[Fused], c: EvidenceCandidates, weights: FusionWeig
         if weights.coverage and c.term_coverage.get(f.item_id):
             f.signals["coverage"] = top * weights.coverage * c.term_coverage[f.item_id]
         f.score = sum(f.signals.values())
+
+
+def fuse_units(units: UnitCandidates, claims: Sequence[Fused], chunks: Sequence[Fused], weights: FusionWeights
+               ) -> list[FusedUnit]:
+    """Rank units (turns, blocks) rather than passages, by weighted reciprocal rank over four
+    unit-level rankings: their own vectors (``semantic``), BM25 over their own text (``bm25``),
+    the fused rank of the passage holding them (``passage``, a tie among its units that the
+    other legs break) and the fused rank of the best claim read from them (``claim``). Each
+    leg adds ``weight / (unit_k + rank)``; the signals add up to the score. Best first."""
+    legs: dict[str, dict[UnitKey, int]] = {"semantic": {}, "bm25": {}, "passage": {}, "claim": {}}
+    for leg, ranked in (("semantic", units.semantic), ("bm25", units.bm25)):
+        for rank, key in enumerate(ranked, start=1):
+            legs[leg].setdefault(key, rank)
+    for leg, fused, of in (("passage", chunks, units.of_chunk), ("claim", claims, units.of_claim)):
+        for rank, item in enumerate(fused, start=1):
+            for key in of.get(item.item_id, ()):
+                legs[leg].setdefault(key, rank)
+    out: dict[UnitKey, FusedUnit] = {}
+    for leg, ranks in legs.items():
+        w = weights.weight("unit", leg)
+        for key, rank in ranks.items():
+            unit = out.setdefault(key, FusedUnit(key))
+            if w > 0:
+                unit.signals[leg] = w / (weights.unit_k + rank)
+    for unit in out.values():
+        unit.score = sum(unit.signals.values())
+    return sorted(out.values(), key=lambda u: (-u.score, str(u.key[0]), u.key[1]))
 
 
 def term_coverage(query_terms: frozenset[str], item_terms: frozenset[str]) -> float:
