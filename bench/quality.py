@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from bench.labelled import KINDS, Document, LabelledSet, Question, Unit
-from services.retrieval.domain import EvidenceCandidates, FusionWeights, UnitKey, fuse_evidence, fuse_units
+from services.retrieval.domain import (
+    EvidenceCandidates,
+    FusionWeights,
+    UnitKey,
+    claims_by_unit,
+    fuse_evidence,
+    fuse_units,
+)
 
 DEPTH = 20
 CUTS = (5, 10, 20)
@@ -165,22 +172,21 @@ class UnitMap:
         return self.of_range(c.doc_id, c.char_start, c.char_end)
 
     def of_envelope(self, env: Any) -> list[str]:
-        """An evidence envelope's units as a reader takes them. Ranked by unit (a ranking entry
-        ``<chunk id>#<n>``), the passages are the best turns and blocks themselves, best first,
-        and the claims (read from them) follow. Otherwise the items in the order of the ranking
-        (claims and chunks on one fused scale); items without a ranking entry follow in their
+        """An evidence envelope's items in the order of its ranking (claims and passages on one
+        fused scale, a passage before a claim of equal score). A passage's ranking entry names
+        its chunk, once per returned passage in the order of ``chunks`` (ranked by unit, two
+        passages can be turns of one chunk); items without a ranking entry follow in their
         returned order."""
-        if any("#" in r.item_id for r in env.ranking):
-            return distinct([*(u for c in env.chunks for u in self.of_chunk(c)),
-                             *(u for e in env.evidence for u in self.of_claim(e))])
-        score = {r.item_id: r.score for r in env.ranking}
-        items: list[tuple[float, int, list[str]]] = []
-        for i, e in enumerate(env.evidence):
-            items.append((-score.get(e.claim_id, 0.0), i, self.of_claim(e)))
-        for i, c in enumerate(env.chunks):
-            items.append((-score.get(c.chunk_id, 0.0), i, self.of_chunk(c)))
-        items.sort(key=lambda x: (x[0], x[1]))
-        return distinct(u for _, _, units in items for u in units)
+        chunk_ids = {c.chunk_id for c in env.chunks}
+        passage_scores = [r.score for r in env.ranking if r.item_id in chunk_ids]
+        if len(passage_scores) != len(env.chunks):
+            passage_scores = [0.0] * len(env.chunks)
+        claim_score = {r.item_id: r.score for r in env.ranking if r.item_id not in chunk_ids}
+        items = [(-score, 0, i, self.of_chunk(c)) for i, (c, score) in
+                 enumerate(zip(env.chunks, passage_scores, strict=True))]
+        items += [(-claim_score.get(e.claim_id, 0.0), 1, i, self.of_claim(e)) for i, e in enumerate(env.evidence)]
+        items.sort(key=lambda x: x[:3])
+        return distinct(u for *_, units in items for u in units)
 
 
 def all_units(sets: Sequence[LabelledSet]) -> list[Unit]:
@@ -247,12 +253,16 @@ class Case:
 def ranked_units(case: Case, weights: FusionWeights, k: int = 50) -> list[str]:
     """The units of the replayed answer as :meth:`UnitMap.of_envelope` reads the real one."""
     claims, chunks = fuse_evidence(case.candidates, weights)
+    passages: list[tuple[float, int, int, list[str]]]
     if weights.by_unit:
-        ranked = fuse_units(case.candidates.units, claims, chunks, weights)[:k]
-        return distinct([*(u for f in ranked for u in case.unit_ids.get(f.key, ())),
-                         *(u for f in claims for u in case.units.get(f.item_id, ()))])
-    merged = sorted([*claims, *chunks], key=lambda f: (-f.score, str(f.item_id)))
-    return distinct(u for f in merged for u in case.units.get(f.item_id, ()))
+        units = fuse_units(case.candidates.units, claims, chunks, weights)
+        claims = claims_by_unit(claims, units, case.candidates.units.of_claim)
+        passages = [(-u.score, 0, i, case.unit_ids.get(u.key, [])) for i, u in enumerate(units[:k])]
+    else:
+        passages = [(-f.score, 0, i, case.units.get(f.item_id, [])) for i, f in enumerate(chunks[:k])]
+    items = passages + [(-f.score, 1, i, case.units.get(f.item_id, [])) for i, f in enumerate(claims[:k])]
+    items.sort(key=lambda x: x[:3])
+    return distinct(u for *_, units in items for u in units)
 
 
 def objective(cases: Sequence[Case], weights: FusionWeights) -> tuple[float, float]:

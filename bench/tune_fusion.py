@@ -124,8 +124,7 @@ def report(embedder_model: str, cases: list[Case], blind: list[Case], units_only
     chosen = None
     for train, held in (("even", "odd"), ("odd", "even")):
         if units_only:
-            starts = [current, *(dataclasses.replace(chunk_level, **{f"unit_{leg}": 1.0}) for leg in UNIT_LEGS)]
-            tuned = tune(halves[train], starts, grid=UNIT_GRID)
+            tuned = tune(halves[train], [current], passes=2, grid=UNIT_GRID)
         else:
             tuned = tune(halves[train], [current, FusionWeights(), alone("chunk_bm25"), alone("unit_semantic")])
         print(f"tuned on {train}: {tuned}\n  {train} {objective(halves[train], tuned)} {held} "

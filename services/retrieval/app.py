@@ -38,6 +38,7 @@ from services.retrieval.domain import (
     UnitKey,
     Validity,
     bm25_idf,
+    claims_by_unit,
     fuse_evidence,
     fuse_facts,
     fuse_units,
@@ -625,6 +626,9 @@ class Retrieval:
             candidates, claim_rows, chunk_rows, full = await self.evidence_candidates(
                 conn, caller, query, vector, entity_ids, candidate_k)
         claim_order, chunk_order = fuse_evidence(candidates, self.weights)
+        units = fuse_units(candidates.units, claim_order, chunk_order, self.weights) if self.weights.by_unit else []
+        if units:
+            claim_order = claims_by_unit(claim_order, units, candidates.units.of_claim)
         dropped = 0
         groups: dict[tuple[Any, ...], list[Any]] = {}
         for fused in claim_order:
@@ -642,12 +646,12 @@ class Retrieval:
             message.corroboration_count = len({m["doc_id"] for m in members})
             message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
             env.evidence.append(message)
-        returned: set[Any] = {m[0]["claim_id"] for m in grouped[:k]}
-        if self.weights.by_unit:
+        returned_claims = {m[0]["claim_id"] for m in grouped[:k]}
+        claims_ranked = [f for f in claim_order if f.item_id in returned_claims]
+        if units:
             # The passages are the best units themselves (a turn, a block), best first: each a
-            # slice of its chunk (``chunk_id``) at the unit's own offsets; the claims follow
-            # their own order. ``adjacent_chunks(chunk_id, turn)`` widens one to its neighbours.
-            units = fuse_units(candidates.units, claim_order, chunk_order, self.weights)
+            # slice of its chunk (``chunk_id``) at the unit's own offsets, and each claim ranks
+            # at the unit it was read from. ``adjacent_chunks(chunk_id, turn)`` widens a passage.
             for unit in units[:k]:
                 row = chunk_rows[unit.key[0]]
                 start, end, _ = self.unit_spans(unit.key[0], row)[unit.key[1]]
@@ -656,19 +660,19 @@ class Retrieval:
                 chunk.chunk_text = self.redact(row["chunk_text"][start - row["char_start"]:end - row["char_start"]],
                                                caller)
                 env.chunks.append(chunk)
-            returned |= {unit.item_id for unit in units[:k]}
             passages: Sequence[Any] = units
         else:
-            kept = [f for f in chunk_order if f.item_id in chunk_rows]
-            dropped += len(chunk_order) - len(kept)
-            for fused in kept[:k]:
+            passages = [f for f in chunk_order if f.item_id in chunk_rows]
+            dropped += len(chunk_order) - len(passages)
+            for fused in passages[:k]:
                 chunk = chunk_message(chunk_rows[fused.item_id])
                 chunk.chunk_text = self.redact(chunk.chunk_text, caller)
                 env.chunks.append(chunk)
-            returned |= {f.item_id for f in kept[:k]}
-            passages = kept
-        # Claims and passages each keep their fused scores: the ranking lists them together.
-        _ranking(env, sorted([*claim_order, *passages], key=lambda f: (-f.score, str(f.item_id))), returned)
+        # Claims and passages on one fused scale, a passage before a claim of equal score; the
+        # passages' entries come in the order of ``chunks``.
+        for item in sorted([*((f, 0) for f in passages[:k]), *((f, 1) for f in claims_ranked)],
+                           key=lambda pair: (-pair[0].score, pair[1])):
+            env.ranking.add(item_id=str(item[0].item_id), score=item[0].score, signals=item[0].signals)
         env.dropped_by_hydration = dropped
         total = max(len(grouped), len(passages))
         if total > k or full:

@@ -329,9 +329,10 @@ class FusedUnit:
     signals: dict[str, float] = field(default_factory=dict)
 
     @property
-    def item_id(self) -> str:
-        """How the envelope's ``ranking`` names a unit: ``<chunk id>#<ordinal>``."""
-        return f"{self.key[0]}#{self.key[1]}"
+    def item_id(self) -> uuid.UUID:
+        """How the envelope's ``ranking`` names a unit: by its passage (a chunk id, once per
+        returned unit, in the order of the envelope's ``chunks``)."""
+        return self.key[0]
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ EVIDENCE_WEIGHTS: dict[str, FusionWeights] = {
     # quality`): even 0.846 -> 0.849, odd 0.858 -> 0.865, MRR +0.03 and +0.04.
     "semantic": FusionWeights(claim_semantic=1.5, claim_bm25=0.75, chunk_semantic=0.75, chunk_bm25=1.0, k=5,
                               depth=30, cross=0.0, entity_lift=0.1, temporal_lift=0.0, dense=0.75, coverage=0.25,
-                              unit_semantic=1.0, unit_bm25=0.5, unit_passage=1.0, unit_claim=0.5, unit_k=10),
+                              unit_semantic=0.5, unit_bm25=0.0, unit_passage=0.75, unit_claim=0.5, unit_k=3),
     # hash: no mix beats chunks-BM25 alone at recall@10 (0.809); this one ties it with a
     # slightly better MRR, and still returns the claims.
     "lexical": FusionWeights(claim_semantic=0.25, claim_bm25=0.5, chunk_semantic=0.0, chunk_bm25=1.0, k=5,
@@ -517,6 +518,20 @@ def fuse_units(units: UnitCandidates, claims: Sequence[Fused], chunks: Sequence[
     for unit in out.values():
         unit.score = sum(unit.signals.values())
     return sorted(out.values(), key=lambda u: (-u.score, str(u.key[0]), u.key[1]))
+
+
+def claims_by_unit(claims: Sequence[Fused], units: Sequence[FusedUnit],
+                   of_claim: Mapping[uuid.UUID, Sequence[UnitKey]]) -> list[Fused]:
+    """Claims on the units' scale: each takes the score and signals of the best unit it was
+    read from (a claim counts through its turn, never above or instead of it). Best first; the
+    claims of one unit keep their own fused order; a claim of no ranked unit scores 0."""
+    by_key = {u.key: u for u in units}
+    out = []
+    for rank, claim in enumerate(claims):
+        best = max((by_key[key] for key in of_claim.get(claim.item_id, ()) if key in by_key),
+                   key=lambda u: u.score, default=FusedUnit((claim.item_id, -1)))
+        out.append((rank, Fused(claim.item_id, best.score, dict(best.signals))))
+    return [claim for _, claim in sorted(out, key=lambda pair: (-pair[1].score, pair[0]))]
 
 
 def term_coverage(query_terms: frozenset[str], item_terms: frozenset[str]) -> float:

@@ -106,7 +106,7 @@ def test_units_are_ranked_themselves_and_claims_count_through_the_turns_they_cam
     assert {u.key for u in ranked} == {a, b, c, d}  # every unit of a nominated passage can be returned
     for u in ranked:
         assert abs(u.score - sum(u.signals.values())) < 1e-12
-        assert u.item_id == f"{u.key[0]}#{u.key[1]}"
+        assert u.item_id == u.key[0]  # the ranking names a unit by its passage
     assert set(next(u for u in ranked if u.key == a).signals) == {"passage", "claim"}
     alone = fuse_units(units, claims, chunks, FusionWeights(unit_semantic=1.0))
     assert [u.key for u in alone][:2] == [d, b] and all(u.score == 0 for u in alone[2:])  # its own order first
