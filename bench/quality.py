@@ -172,21 +172,23 @@ class UnitMap:
         return self.of_range(c.doc_id, c.char_start, c.char_end)
 
     def of_envelope(self, env: Any) -> list[str]:
-        """An evidence envelope's items in the order of its ranking (claims and passages on one
-        fused scale, a passage before a claim of equal score). A passage's ranking entry names
-        its chunk, once per returned passage in the order of ``chunks`` (ranked by unit, two
-        passages can be turns of one chunk); items without a ranking entry follow in their
-        returned order."""
-        chunk_ids = {c.chunk_id for c in env.chunks}
-        passage_scores = [r.score for r in env.ranking if r.item_id in chunk_ids]
-        if len(passage_scores) != len(env.chunks):
-            passage_scores = [0.0] * len(env.chunks)
-        claim_score = {r.item_id: r.score for r in env.ranking if r.item_id not in chunk_ids}
-        items = [(-score, 0, i, self.of_chunk(c)) for i, (c, score) in
-                 enumerate(zip(env.chunks, passage_scores, strict=True))]
-        items += [(-claim_score.get(e.claim_id, 0.0), 1, i, self.of_claim(e)) for i, e in enumerate(env.evidence)]
-        items.sort(key=lambda x: x[:3])
-        return distinct(u for *_, units in items for u in units)
+        """An evidence envelope's items in the order of its ranking (the answer's reading
+        order). A passage's entry names its chunk, once per returned passage in the order of
+        ``chunks`` (ranked by unit, two passages can be turns of one chunk); items without a
+        ranking entry follow in their returned order."""
+        passages: dict[str, list[Any]] = defaultdict(list)
+        for c in env.chunks:
+            passages[c.chunk_id].append(c)
+        claims = {e.claim_id: e for e in env.evidence}
+        out: list[str] = []
+        for r in env.ranking:
+            if passages.get(r.item_id):
+                out.extend(self.of_chunk(passages[r.item_id].pop(0)))
+            elif r.item_id in claims:
+                out.extend(self.of_claim(claims.pop(r.item_id)))
+        out.extend(u for e in claims.values() for u in self.of_claim(e))
+        out.extend(u for left in passages.values() for c in left for u in self.of_chunk(c))
+        return distinct(out)
 
 
 def all_units(sets: Sequence[LabelledSet]) -> list[Unit]:
@@ -253,16 +255,13 @@ class Case:
 def ranked_units(case: Case, weights: FusionWeights, k: int = 50) -> list[str]:
     """The units of the replayed answer as :meth:`UnitMap.of_envelope` reads the real one."""
     claims, chunks = fuse_evidence(case.candidates, weights)
-    passages: list[tuple[float, int, int, list[str]]]
     if weights.by_unit:
         units = fuse_units(case.candidates.units, claims, chunks, weights)
         claims = claims_by_unit(claims, units, case.candidates.units.of_claim)
-        passages = [(-u.score, 0, i, case.unit_ids.get(u.key, [])) for i, u in enumerate(units[:k])]
-    else:
-        passages = [(-f.score, 0, i, case.units.get(f.item_id, [])) for i, f in enumerate(chunks[:k])]
-    items = passages + [(-f.score, 1, i, case.units.get(f.item_id, [])) for i, f in enumerate(claims[:k])]
-    items.sort(key=lambda x: x[:3])
-    return distinct(u for *_, units in items for u in units)
+        return distinct([*(u for f in units[:k] for u in case.unit_ids.get(f.key, ())),
+                         *(u for f in claims[:k] for u in case.units.get(f.item_id, ()))])
+    merged = sorted([*claims, *chunks], key=lambda f: (-f.score, str(f.item_id)))
+    return distinct(u for f in merged for u in case.units.get(f.item_id, ()))
 
 
 def objective(cases: Sequence[Case], weights: FusionWeights) -> tuple[float, float]:

@@ -668,11 +668,14 @@ class Retrieval:
                 chunk = chunk_message(chunk_rows[fused.item_id])
                 chunk.chunk_text = self.redact(chunk.chunk_text, caller)
                 env.chunks.append(chunk)
-        # Claims and passages on one fused scale, a passage before a claim of equal score; the
+        # The ranking is the answer's reading order. By unit: the passages best first, then the
+        # claims read from them (each scored at its weakest unit: a claim never displaces a
+        # turn). By chunk: claims and passages merged on one fused scale. Either way the
         # passages' entries come in the order of ``chunks``.
-        for item in sorted([*((f, 0) for f in passages[:k]), *((f, 1) for f in claims_ranked)],
-                           key=lambda pair: (-pair[0].score, pair[1])):
-            env.ranking.add(item_id=str(item[0].item_id), score=item[0].score, signals=item[0].signals)
+        ranked = [*passages[:k], *claims_ranked] if units else sorted(
+            [*passages[:k], *claims_ranked], key=lambda f: (-f.score, str(f.item_id)))
+        for item in ranked:
+            env.ranking.add(item_id=str(item.item_id), score=item.score, signals=item.signals)
         env.dropped_by_hydration = dropped
         total = max(len(grouped), len(passages))
         if total > k or full:

@@ -522,15 +522,17 @@ def fuse_units(units: UnitCandidates, claims: Sequence[Fused], chunks: Sequence[
 
 def claims_by_unit(claims: Sequence[Fused], units: Sequence[FusedUnit],
                    of_claim: Mapping[uuid.UUID, Sequence[UnitKey]]) -> list[Fused]:
-    """Claims on the units' scale: each takes the score and signals of the best unit it was
-    read from (a claim counts through its turn, never above or instead of it). Best first; the
-    claims of one unit keep their own fused order; a claim of no ranked unit scores 0."""
+    """Claims on the units' scale: each takes the score and signals of the weakest unit it was
+    read from, so a claim counts through its turns and never ranks above (or displaces) any
+    of them. Best first; the claims of one unit keep their own fused order; a claim of no
+    ranked unit scores 0."""
     by_key = {u.key: u for u in units}
+    none = FusedUnit((uuid.UUID(int=0), -1))
     out = []
     for rank, claim in enumerate(claims):
-        best = max((by_key[key] for key in of_claim.get(claim.item_id, ()) if key in by_key),
-                   key=lambda u: u.score, default=FusedUnit((claim.item_id, -1)))
-        out.append((rank, Fused(claim.item_id, best.score, dict(best.signals))))
+        keys = of_claim.get(claim.item_id, ())
+        weakest = min((by_key.get(key, none) for key in keys), key=lambda u: u.score, default=none)
+        out.append((rank, Fused(claim.item_id, weakest.score, dict(weakest.signals))))
     return [claim for _, claim in sorted(out, key=lambda pair: (-pair[1].score, pair[0]))]
 
 
