@@ -37,7 +37,7 @@ from services.retrieval.domain import (
     UnitCandidates,
     UnitKey,
     Validity,
-    bm25_idf,
+    bm25_rank,
     claims_by_unit,
     fuse_evidence,
     fuse_facts,
@@ -542,18 +542,11 @@ class Retrieval:
         cosine = dict(nearest) | await self.legs.unit_similarities(conn, caller.space_id, vector, list(chunk_rows))
         semantic = sorted((key for key in cosine if key[0] in of_chunk and key[1] < len(of_chunk[key[0]])),
                           key=lambda key: (-cosine[key], str(key[0]), key[1]))
-        pool = [key for keys in of_chunk.values() for key in keys]
-        terms = [self._unit_terms(key, chunk_rows[key[0]]) for key in pool]
-        asked = set(query_tokens(query))
-        df = {term: sum(1 for counts in terms if term in counts) for term in asked}
-        lengths = [sum(counts.values()) for counts in terms]
-        average = sum(lengths) / max(len(lengths), 1)
-        scored = []
-        for key, counts, length in zip(pool, terms, lengths, strict=True):
-            norm = 1.2 * (0.25 + 0.75 * length / average) if average else 1.2
-            score = sum(bm25_idf(len(pool), df[t]) * counts[t] * 2.2 / (counts[t] + norm) for t in asked if t in counts)
-            if score > 0:
-                scored.append((-score, str(key[0]), key[1], key))
+        lexical: list[UnitKey] = []
+        if self.weights.unit_bm25:  # read only by its leg
+            pool = [key for keys in of_chunk.values() for key in keys]
+            lexical = bm25_rank(pool, [self._unit_terms(key, chunk_rows[key[0]]) for key in pool],
+                                frozenset(query_tokens(query)))
         of_claim: dict[uuid.UUID, list[UnitKey]] = {}
         for cid, row in claim_rows.items():
             chunk = chunk_rows.get(row["chunk_id"])
@@ -563,8 +556,7 @@ class Retrieval:
                 [(row["char_start"], row["char_end"])]
             of_claim[cid] = [(chunk["chunk_id"], n) for n, (start, end, _) in enumerate(self.unit_spans(
                 chunk["chunk_id"], chunk)) if any(a < end and b > start for a, b in spans)]
-        return UnitCandidates(semantic=semantic, bm25=[s[-1] for s in sorted(scored)], of_chunk=of_chunk,
-                              of_claim=of_claim)
+        return UnitCandidates(semantic=semantic, bm25=lexical, of_chunk=of_chunk, of_claim=of_claim)
 
     def unit_spans(self, chunk_id: uuid.UUID, row: Any) -> list[tuple[int, int, str]]:
         """A passage's retrieval units (``chunk_units`` ordinals) as ``(start, end, text)`` in
@@ -646,6 +638,7 @@ class Retrieval:
             message.corroboration_count = len({m["doc_id"] for m in members})
             message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
             env.evidence.append(message)
+        dropped += sum(1 for f in chunk_order if f.item_id not in chunk_rows)
         returned_claims = {m[0]["claim_id"] for m in grouped[:k]}
         claims_ranked = [f for f in claim_order if f.item_id in returned_claims]
         if units:
@@ -663,7 +656,6 @@ class Retrieval:
             passages: Sequence[Any] = units
         else:
             passages = [f for f in chunk_order if f.item_id in chunk_rows]
-            dropped += len(chunk_order) - len(passages)
             for fused in passages[:k]:
                 chunk = chunk_message(chunk_rows[fused.item_id])
                 chunk.chunk_text = self.redact(chunk.chunk_text, caller)

@@ -595,3 +595,20 @@ def mentions_time(text: str) -> bool:
 
 def bm25_idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def bm25_rank(keys: Sequence[UnitKey], terms: Sequence[Mapping[str, int]], asked: frozenset[str],
+              k1: float = 1.2, b: float = 0.75) -> list[UnitKey]:
+    """Okapi BM25 over a pool of units (their term counts), with the pool's own statistics:
+    the units holding any asked term, best first."""
+    df = {term: sum(1 for counts in terms if term in counts) for term in asked}
+    lengths = [sum(counts.values()) for counts in terms]
+    average = sum(lengths) / max(len(lengths), 1)
+    scored = []
+    for key, counts, length in zip(keys, terms, lengths, strict=True):
+        norm = k1 * (1 - b + b * length / average) if average else k1
+        score = sum(bm25_idf(len(keys), df[t]) * counts[t] * (k1 + 1) / (counts[t] + norm)
+                    for t in asked if t in counts)
+        if score > 0:
+            scored.append((-score, str(key[0]), key[1], key))
+    return [entry[-1] for entry in sorted(scored)]

@@ -9,6 +9,7 @@ from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
     UnitCandidates,
+    bm25_rank,
     fuse_evidence,
     fuse_facts,
     fuse_units,
@@ -111,6 +112,8 @@ def test_units_are_ranked_themselves_and_claims_count_through_the_turns_they_cam
     alone = fuse_units(units, claims, chunks, FusionWeights(unit_semantic=1.0))
     assert [u.key for u in alone][:2] == [d, b] and all(u.score == 0 for u in alone[2:])  # its own order first
     assert not FusionWeights().by_unit and weights.by_unit  # all unit weights 0: whole passages, as before
+    # BM25 over the units themselves, with the pool's statistics: the rarer term decides.
+    assert bm25_rank([a, b, c], [{"cat": 1, "luna": 1}, {"cat": 2}, {"flat": 1}], frozenset({"cat", "luna"})) == [a, b]
 
 
 def test_each_kind_of_embedder_has_its_weights() -> None:
