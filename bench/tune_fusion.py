@@ -3,8 +3,9 @@
 Ingests tests/data/retrieval through a real stack (the configured embedder), collects
 every channel's candidates for each question once, then searches the weights offline by
 coordinate ascent on mean evidence recall@10 (MRR breaks ties) over the even-numbered
-questions, and reports the odd-numbered ones as held out. Prints the best weights as a
-``FusionWeights(...)`` literal for ``services/retrieval/domain.py``.
+questions and reports the odd-numbered ones as held out, then the reverse. Prints the
+even-half weights as a ``FusionWeights(...)`` literal for ``services/retrieval/domain.py``.
+``--units`` tunes only the unit stage (``fuse_units``), the first stage as it is.
 """
 
 from __future__ import annotations
@@ -79,17 +80,16 @@ def tune(cases: Sequence[Case], starts: Sequence[FusionWeights], passes: int = 4
 
 def main(cache: str | None, units_only: bool) -> None:
     if cache and Path(cache).exists():
-        embedder_model, cases, blind = pickle.loads(Path(cache).read_bytes())
+        embedder_model, cases = pickle.loads(Path(cache).read_bytes())
     else:
         embedder_model, cases = uvloop.run(gather())
-        _, blind = uvloop.run(gather(labelled.BLIND_DIR))
         if cache:
-            Path(cache).write_bytes(pickle.dumps((embedder_model, cases, blind)))
-    report(embedder_model, cases, blind, units_only)
+            Path(cache).write_bytes(pickle.dumps((embedder_model, cases)))
+    report(embedder_model, cases, units_only)
 
 
-async def gather(directory: Path = labelled.DATA_DIR) -> tuple[str, list[Case]]:
-    sets = labelled.load(directory=directory)
+async def gather() -> tuple[str, list[Case]]:
+    sets = labelled.load()
     questions = [q for s in sets for q in s.questions]
     settings = load_settings()
     embedder = provider_from_settings(settings)
@@ -107,20 +107,20 @@ async def gather(directory: Path = labelled.DATA_DIR) -> tuple[str, list[Case]]:
     return embedder.model, cases
 
 
-def report(embedder_model: str, cases: list[Case], blind: list[Case], units_only: bool) -> None:
+def report(embedder_model: str, cases: list[Case], units_only: bool) -> None:
     """Tune on the even-numbered questions and report the odd ones, then the reverse; the
-    weights chosen on the even half are printed for ``domain.py``. The blind set is only
-    scored (with the current weights and the chosen ones), never tuned on."""
+    weights chosen on the even half are printed for ``domain.py``. (The blind set stays out
+    of tuning altogether: ``python -m bench quality`` scores it.)"""
     current = weights_for(embedder_model)
     halves = {"even": cases[0::2], "odd": cases[1::2]}
-    print(f"embedder {embedder_model}; {len(cases)} labelled questions, {len(blind)} blind", file=sys.stderr)
+    print(f"embedder {embedder_model}; {len(cases)} labelled questions", file=sys.stderr)
     for name in CHANNELS:
         print(f"{name:16} alone: even {objective(halves['even'], alone(name))} odd "
-              f"{objective(halves['odd'], alone(name))} blind {objective(blind, alone(name))}")
+              f"{objective(halves['odd'], alone(name))}")
     chunk_level = dataclasses.replace(current, **dict.fromkeys((f"unit_{leg}" for leg in UNIT_LEGS), 0.0))
     for label, weights in (("chunk level", chunk_level), ("current", current)):
         print(f"{label:16}      : even {objective(halves['even'], weights)} odd "
-              f"{objective(halves['odd'], weights)} blind {objective(blind, weights)}")
+              f"{objective(halves['odd'], weights)}")
     chosen = None
     for train, held in (("even", "odd"), ("odd", "even")):
         if units_only:
@@ -128,7 +128,7 @@ def report(embedder_model: str, cases: list[Case], blind: list[Case], units_only
         else:
             tuned = tune(halves[train], [current, FusionWeights(), alone("chunk_bm25"), alone("unit_semantic")])
         print(f"tuned on {train}: {tuned}\n  {train} {objective(halves[train], tuned)} {held} "
-              f"{objective(halves[held], tuned)} blind {objective(blind, tuned)}")
+              f"{objective(halves[held], tuned)}")
         chosen = chosen or tuned
     print(chosen)
 
