@@ -274,6 +274,9 @@ class FusionWeights:
     times its cosine similarity to the question (also for what only BM25 nominated) and
     ``coverage`` times the share of the question's search terms it contains (also for what
     only the dense legs nominated), both in units of the best first-stage score.
+
+    The unit stage (``unit_*``, see :func:`fuse_units`) then ranks the turns and blocks
+    themselves; with every unit weight 0 the passages are whole chunks.
     """
 
     claim_semantic: float = 1.0
