@@ -34,12 +34,16 @@ from services.platform.db import Database
 from services.platform.embeddings import EmbeddingProvider, provider_from_settings
 from services.platform.settings import load_settings
 from services.retrieval.app import Retrieval
+from services.retrieval.domain import UNIT_LEGS
 from services.retrieval.primitives import Primitives
 
 LATENCY_QUERIES = 120
 FIRST_STAGE = "claims_and_sources, 1st stage only"
-HALVES = ("baseline: Okapi BM25, raw units", "baseline: dense, raw units", "chunks alone, bm25",
-          "claims_and_sources_context", FIRST_STAGE, "combined_context")
+WHOLE_CHUNKS = "claims_and_sources, whole chunks"
+UNITS_DENSE = "units alone, semantic"
+UNITS_BM25 = "units alone, bm25"
+HALVES = ("baseline: Okapi BM25, raw units", "baseline: dense, raw units", "chunks alone, bm25", UNITS_DENSE,
+          UNITS_BM25, "claims_and_sources_context", WHOLE_CHUNKS, FIRST_STAGE, "combined_context")
 # The candidate depths before #15 sized them (evidence legs per embedder kind, fact legs).
 OLD_DEPTHS = {"lexical": 200, "semantic": 30, "fact": 200}
 OLD = ", old depths"
@@ -128,12 +132,18 @@ async def _rankings(dsn: str, embedder: EmbeddingProvider, sets: list[labelled.L
         started = time.perf_counter()
         systems = await quality.testament_rankings(retrieval, Primitives(retrieval), caller, questions,
                                                    quality.UnitMap(docs))
-        # The same operation without the second fusion stage, for the same-run comparison.
-        first = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, dense=0.0,
-                                                                          coverage=0.0))
-        systems[FIRST_STAGE] = (await quality.testament_rankings(
-            first, Primitives(first), caller, questions, quality.UnitMap(docs),
-            operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
+        # The same operation with parts left out, for same-run comparisons: whole chunks as
+        # passages (the answer before units were ranked), and without the second fusion stage
+        # (both at chunk level); and each unit leg alone (the unit stage's own channels).
+        off = dict.fromkeys((f"unit_{leg}" for leg in UNIT_LEGS), 0.0)
+        for name, weights in ((WHOLE_CHUNKS, dataclasses.replace(retrieval.weights, **off)),
+                              (FIRST_STAGE, dataclasses.replace(retrieval.weights, dense=0.0, coverage=0.0, **off)),
+                              (UNITS_DENSE, dataclasses.replace(retrieval.weights, **(off | {"unit_semantic": 1.0}))),
+                              (UNITS_BM25, dataclasses.replace(retrieval.weights, **(off | {"unit_bm25": 1.0})))):
+            variant = Retrieval(db, embedder, None, weights=weights)
+            systems[name] = (await quality.testament_rankings(
+                variant, Primitives(variant), caller, questions, quality.UnitMap(docs),
+                operations=["claims_and_sources_context"], channels=()))["claims_and_sources_context"]
         # The operations with the candidate depths they had before #15 measured them, same run.
         before = Retrieval(db, embedder, None, weights=dataclasses.replace(retrieval.weights, depth=OLD_DEPTHS[
             "lexical" if embedder.model.startswith("hash-") else "semantic"]), fact_depth=OLD_DEPTHS["fact"])

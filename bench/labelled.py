@@ -90,7 +90,9 @@ def _units(doc: Document) -> list[Unit]:
         if block.kind == "heading":
             continue
         if block.kind == "speaker_turn" and block.turn_id:
-            body = f"{block.speaker}: {block.text.split(':', 1)[1].strip()}" if ":" in block.text else block.text
+            # What was said after the "[<turn-id> | <time>] Speaker:" head (the clock holds colons too).
+            said = block.text.split("]", 1)[-1].split(":", 1)[-1].strip()
+            body = f"{block.speaker}: {said}"
             uid = f"{doc.filename}#{block.turn_id}"
         else:
             body = block.text

@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from bench.labelled import KINDS, Document, LabelledSet, Question, Unit
-from services.retrieval.domain import EvidenceCandidates, FusionWeights, fuse_evidence
+from services.retrieval.domain import (
+    EvidenceCandidates,
+    FusionWeights,
+    UnitKey,
+    claims_by_unit,
+    fuse_evidence,
+    fuse_units,
+)
 
 DEPTH = 20
 CUTS = (5, 10, 20)
@@ -165,16 +172,23 @@ class UnitMap:
         return self.of_range(c.doc_id, c.char_start, c.char_end)
 
     def of_envelope(self, env: Any) -> list[str]:
-        """An evidence envelope's items in the order of its ranking (claims and chunks on one
-        fused scale); items without a ranking entry follow in their returned order."""
-        score = {r.item_id: r.score for r in env.ranking}
-        items: list[tuple[float, int, list[str]]] = []
-        for i, e in enumerate(env.evidence):
-            items.append((-score.get(e.claim_id, 0.0), i, self.of_claim(e)))
-        for i, c in enumerate(env.chunks):
-            items.append((-score.get(c.chunk_id, 0.0), i, self.of_chunk(c)))
-        items.sort(key=lambda x: (x[0], x[1]))
-        return distinct(u for _, _, units in items for u in units)
+        """An evidence envelope's items in the order of its ranking (the answer's reading
+        order). A passage's entry names its chunk, once per returned passage in the order of
+        ``chunks`` (ranked by unit, two passages can be turns of one chunk); items without a
+        ranking entry follow in their returned order."""
+        passages: dict[str, list[Any]] = defaultdict(list)
+        for c in env.chunks:
+            passages[c.chunk_id].append(c)
+        claims = {e.claim_id: e for e in env.evidence}
+        out: list[str] = []
+        for r in env.ranking:
+            if passages.get(r.item_id):
+                out.extend(self.of_chunk(passages[r.item_id].pop(0)))
+            elif r.item_id in claims:
+                out.extend(self.of_claim(claims.pop(r.item_id)))
+        out.extend(u for e in claims.values() for u in self.of_claim(e))
+        out.extend(u for left in passages.values() for c in left for u in self.of_chunk(c))
+        return distinct(out)
 
 
 def all_units(sets: Sequence[LabelledSet]) -> list[Unit]:
@@ -235,10 +249,17 @@ class Case:
     question: Question
     candidates: EvidenceCandidates
     units: dict[uuid.UUID, list[str]]  # claim or chunk id -> its units
+    unit_ids: dict[UnitKey, list[str]] = dataclasses.field(default_factory=dict)  # retrieval unit -> its units
 
 
-def ranked_units(case: Case, weights: FusionWeights) -> list[str]:
+def ranked_units(case: Case, weights: FusionWeights, k: int = 50) -> list[str]:
+    """The units of the replayed answer as :meth:`UnitMap.of_envelope` reads the real one."""
     claims, chunks = fuse_evidence(case.candidates, weights)
+    if weights.by_unit:
+        units = fuse_units(case.candidates.units, claims, chunks, weights)
+        claims = claims_by_unit(claims, units, case.candidates.units.of_claim)
+        return distinct([*(u for f in units[:k] for u in case.unit_ids.get(f.key, ())),
+                         *(u for f in claims[:k] for u in case.units.get(f.item_id, ()))])
     merged = sorted([*claims, *chunks], key=lambda f: (-f.score, str(f.item_id)))
     return distinct(u for f in merged for u in case.units.get(f.item_id, ()))
 
@@ -265,17 +286,21 @@ async def collect(retrieval: Any, caller: Any, questions: Sequence[Question],
             spans = [(s["char_start"], s["char_end"]) for s in row["evidence_spans"] or []] or \
                 [(row["char_start"], row["char_end"])]
             mapped[cid] = [u for a, b in spans for u in units.of_range(str(row["doc_id"]), a, b)]
+        unit_ids: dict[UnitKey, list[str]] = {}
         for cid, row in chunk_rows.items():
             mapped[cid] = units.of_range(str(row["doc_id"]), row["char_start"], row["char_end"])
-        cases.append(Case(q, cands, mapped))
+            for n, (start, end, _) in enumerate(retrieval.unit_spans(cid, row)):
+                unit_ids[(cid, n)] = units.of_range(str(row["doc_id"]), start, end)
+        cases.append(Case(q, cands, mapped, unit_ids))
     return cases
 
 
 
 
 def alone(channel: str) -> FusionWeights:
-    """One channel by itself, in its own order (no lifts, no cross credit)."""
+    """One channel by itself, in its own order (no lifts, no cross credit); a unit channel
+    ranks units alone (the claims, in their fused order, follow as in the answer)."""
     return FusionWeights(**{n: (1.0 if n == channel else 0.0) for n in FUSED_CHANNELS})
 
 
-FUSED_CHANNELS = ("claim_semantic", "claim_bm25", "chunk_semantic", "chunk_bm25")
+FUSED_CHANNELS = ("claim_semantic", "claim_bm25", "chunk_semantic", "chunk_bm25", "unit_semantic", "unit_bm25")

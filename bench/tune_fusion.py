@@ -3,8 +3,9 @@
 Ingests tests/data/retrieval through a real stack (the configured embedder), collects
 every channel's candidates for each question once, then searches the weights offline by
 coordinate ascent on mean evidence recall@10 (MRR breaks ties) over the even-numbered
-questions, and reports the odd-numbered ones as held out. Prints the best weights as a
-``FusionWeights(...)`` literal for ``services/retrieval/domain.py``.
+questions and reports the odd-numbered ones as held out, then the reverse. Prints the
+even-half weights as a ``FusionWeights(...)`` literal for ``services/retrieval/domain.py``.
+``--units`` tunes only the unit stage (``fuse_units``), the first stage as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from services.platform.db import Database
 from services.platform.embeddings import provider_from_settings
 from services.platform.settings import load_settings
 from services.retrieval.app import Retrieval
-from services.retrieval.domain import FusionWeights, weights_for
+from services.retrieval.domain import UNIT_LEGS, FusionWeights, weights_for
 
 GRID: dict[str, Sequence[Any]] = {
     "claim_semantic": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0),
@@ -44,9 +45,18 @@ GRID: dict[str, Sequence[Any]] = {
     "dense": (0.0, 0.25, 0.5, 0.75, 1.0),
     "coverage": (0.0, 0.1, 0.25, 0.5),
 }
+# The unit stage, tuned with the first stage fixed (it only reads the first stage's ranks).
+UNIT_GRID: dict[str, Sequence[Any]] = {
+    "unit_semantic": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "unit_bm25": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "unit_passage": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "unit_claim": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "unit_k": (1, 3, 5, 10, 20, 30, 60, 100),
+}
 
 
-def tune(cases: Sequence[Case], starts: Sequence[FusionWeights], passes: int = 4) -> FusionWeights:
+def tune(cases: Sequence[Case], starts: Sequence[FusionWeights], passes: int = 4,
+         grid: dict[str, Sequence[Any]] = GRID) -> FusionWeights:
     """Coordinate ascent from each start (the current weights, plain RRF, each channel
     alone); the best end point. Starting from a channel alone, the result can only be at
     least as good as that channel on these questions."""
@@ -55,7 +65,7 @@ def tune(cases: Sequence[Case], starts: Sequence[FusionWeights], passes: int = 4
         best, best_score = start, objective(cases, start)
         for _ in range(passes):
             improved = False
-            for name, values in GRID.items():
+            for name, values in grid.items():
                 for value in values:
                     trial = dataclasses.replace(best, **{name: value})
                     score = objective(cases, trial)
@@ -68,14 +78,14 @@ def tune(cases: Sequence[Case], starts: Sequence[FusionWeights], passes: int = 4
     return max(results, key=lambda r: r[0])[1]
 
 
-def main(cache: str | None) -> None:
+def main(cache: str | None, units_only: bool) -> None:
     if cache and Path(cache).exists():
         embedder_model, cases = pickle.loads(Path(cache).read_bytes())
     else:
         embedder_model, cases = uvloop.run(gather())
         if cache:
             Path(cache).write_bytes(pickle.dumps((embedder_model, cases)))
-    report(embedder_model, cases)
+    report(embedder_model, cases, units_only)
 
 
 async def gather() -> tuple[str, list[Case]]:
@@ -97,24 +107,34 @@ async def gather() -> tuple[str, list[Case]]:
     return embedder.model, cases
 
 
-def report(embedder_model: str, cases: list[Case]) -> None:
-    train = [c for i, c in enumerate(cases) if i % 2 == 0]
-    held = [c for i, c in enumerate(cases) if i % 2 == 1]
-    print(f"embedder {embedder_model}; {len(train)} tuning questions, {len(held)} held out", file=sys.stderr)
+def report(embedder_model: str, cases: list[Case], units_only: bool) -> None:
+    """Tune on the even-numbered questions and report the odd ones, then the reverse; the
+    weights chosen on the even half are printed for ``domain.py``. (The blind set stays out
+    of tuning altogether: ``python -m bench quality`` scores it.)"""
     current = weights_for(embedder_model)
-    starts = [current, FusionWeights(), alone("chunk_bm25")]
+    halves = {"even": cases[0::2], "odd": cases[1::2]}
+    print(f"embedder {embedder_model}; {len(cases)} labelled questions", file=sys.stderr)
     for name in CHANNELS:
-        print(f"{name:16} alone: all {objective(cases, alone(name))} tune {objective(train, alone(name))} "
-              f"held out {objective(held, alone(name))}")
-    print(f"{'current':16}      : all {objective(cases, current)} tune {objective(train, current)} "
-          f"held out {objective(held, current)}")
-    on_half = tune(train, starts)
-    print(f"tuned on half: {on_half}\n  tune {objective(train, on_half)} held out {objective(held, on_half)}")
-    on_all = tune(cases, [on_half])
-    print(f"tuned on all ({len(cases)} questions): recall@10, MRR {objective(cases, on_all)}")
-    print(on_all)
+        print(f"{name:16} alone: even {objective(halves['even'], alone(name))} odd "
+              f"{objective(halves['odd'], alone(name))}")
+    chunk_level = dataclasses.replace(current, **dict.fromkeys((f"unit_{leg}" for leg in UNIT_LEGS), 0.0))
+    for label, weights in (("chunk level", chunk_level), ("current", current)):
+        print(f"{label:16}      : even {objective(halves['even'], weights)} odd "
+              f"{objective(halves['odd'], weights)}")
+    chosen = None
+    for train, held in (("even", "odd"), ("odd", "even")):
+        if units_only:
+            tuned = tune(halves[train], [current], passes=2, grid=UNIT_GRID)
+        else:
+            tuned = tune(halves[train], [current, FusionWeights(), alone("chunk_bm25"), alone("unit_semantic")])
+        print(f"tuned on {train}: {tuned}\n  {train} {objective(halves[train], tuned)} {held} "
+              f"{objective(halves[held], tuned)}")
+        chosen = chosen or tuned
+    print(chosen)
 
 
 if __name__ == "__main__":
-    # An optional file caches the candidates, to re-tune without re-ingesting.
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    # An optional file caches the candidates, to re-tune without re-ingesting; --units tunes
+    # only the unit stage (the first stage as it is).
+    args = [a for a in sys.argv[1:] if a != "--units"]
+    main(args[0] if args else None, "--units" in sys.argv)

@@ -308,6 +308,47 @@ class SearchLegs:
             space_id, list(ids), np.asarray(vector, dtype=np.float32))
         return {r["id"]: float(r["score"]) for r in rows}
 
+    async def nearest_units(self, conn: asyncpg.Connection, caller: Caller, vector: Sequence[float], k: int,
+                            *, filters: Filters = NO_FILTERS) -> list[tuple[tuple[uuid.UUID, int], float]]:
+        """The k units (turns, blocks) nearest the question by their own vectors, of chunks the
+        caller may see: ``((chunk_id, ordinal), cosine)``, best first. Exact over what the caller
+        sees below the scan threshold (or with a filter), else the units' HNSW graph with
+        iterative scans, as :meth:`semantic`."""
+        t = _TARGETS["chunk_unit"]
+        if not await self.comparable(conn, caller.space_id):
+            return []
+        dim = len(vector)
+        extra, extra_args = filters.render("chunk", 5)
+        eligible, total = await self.counts(conn, "chunk_unit", caller)
+        restricted = eligible < total * FULL_VIEW_SHARE
+        order = f"u.embedding <=> $3::vector({dim})"
+        if not extra and eligible > (RESTRICTED_EXACT_SCAN_MAX if restricted else EXACT_SCAN_MAX):
+            order = f"u.embedding::halfvec({dim}) <=> $3::vector({dim})::halfvec({dim})"
+            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * 4))
+            await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{'strict_order' if restricted else 'relaxed_order'}'")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+            await conn.execute("SET LOCAL hnsw.max_scan_tuples = 200000")
+        rows = await conn.fetch(
+            f"SELECT r.chunk_id, r.ordinal, 1 - r.distance AS score FROM ("
+            f"SELECT c.chunk_id, u.ordinal, u.embedding <=> $3::vector({dim}) AS distance FROM {t['table']} "
+            f"WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra} ORDER BY {order} LIMIT $4) r "
+            f"ORDER BY r.distance, r.chunk_id, r.ordinal",
+            caller.space_id, principals(caller), np.asarray(vector, dtype=np.float32), k, *extra_args)
+        return [((r["chunk_id"], r["ordinal"]), float(r["score"])) for r in rows]
+
+    async def unit_similarities(self, conn: asyncpg.Connection, space_id: uuid.UUID, vector: Sequence[float],
+                                chunk_ids: Sequence[uuid.UUID]) -> dict[tuple[uuid.UUID, int], float]:
+        """Cosine similarity of the query to every unit of ``chunk_ids`` (passages that were
+        nominated and confirmed), by key. Empty when the space's vectors come from another model."""
+        if not chunk_ids or not await self.comparable(conn, space_id):
+            return {}
+        dim = len(vector)
+        rows = await conn.fetch(
+            f"SELECT chunk_id, ordinal, 1 - (embedding::vector({dim}) <=> $3::vector({dim})) AS score "
+            f"FROM chunk_units WHERE space_id = $1 AND chunk_id = ANY($2::uuid[]) AND embedding_dim = {dim}",
+            space_id, list(chunk_ids), np.asarray(vector, dtype=np.float32))
+        return {(r["chunk_id"], r["ordinal"]): float(r["score"]) for r in rows}
+
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, filters: Filters = NO_FILTERS) -> Ranked:
         """Okapi BM25 (IDF over the space, k1 saturation, b length normalisation), top k of

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -20,6 +21,7 @@ import asyncpg
 from google.protobuf import struct_pb2, timestamp_pb2
 from testament.common.v1 import types_pb2 as t
 
+from services.pipeline.domain.structure import retrieval_unit_spans
 from services.platform.auth import Caller
 from services.platform.errors import Unavailable
 from services.platform.text import fold, normalize_name, query_tokens, tokens
@@ -32,9 +34,14 @@ from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
     TimeScope,
+    UnitCandidates,
+    UnitKey,
     Validity,
+    bm25_rank,
+    claims_by_unit,
     fuse_evidence,
     fuse_facts,
+    fuse_units,
     holds,
     is_temporal_question,
     mentions_time,
@@ -189,6 +196,8 @@ class Retrieval:
         self._dated: dict[uuid.UUID, bool] = {}
         self._folds: dict[uuid.UUID, str] = {}
         self._item_terms: dict[uuid.UUID, frozenset[str]] = {}
+        self._units: dict[uuid.UUID, list[tuple[int, int, str]]] = {}
+        self._unit_counts: dict[UnitKey, Counter[str]] = {}
         # Helper connections for concurrent legs: fewer than the pool holds (see concurrently).
         size = database.pool.get_max_size() if hasattr(database, "pool") else 0
         self._helper = _Slots(size // 2) if size >= 4 else None
@@ -479,20 +488,23 @@ class Retrieval:
         # cost time and change nothing.
         depth = min(candidate_k, self.weights.depth)
         kinds = ("claim", "chunk")
+        by_unit = self.weights.by_unit
         found = await self.concurrently(conn, [
             *(lambda c, kind=kind: self.legs.semantic(c, kind, caller, vector, depth, filters=filters)
               for kind in kinds),
             *(lambda c, kind=kind: self.legs.lexical(c, kind, caller, query, depth, filters=filters)
-              for kind in kinds)])
+              for kind in kinds),
+            *([lambda c: self.legs.nearest_units(c, caller, vector, depth, filters=filters)] if by_unit else [])])
         for n, kind in enumerate(kinds):
             semantic, lexical = found[n], found[len(kinds) + n]
             legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
             full = full or len(semantic) >= depth or len(lexical) >= depth
+        nearest: list[tuple[UnitKey, float]] = found[2 * len(kinds)] if by_unit else []
         claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
         claim_rows = await db.claims(conn, caller, claim_ids)
         chunk_of = {cid: row["chunk_id"] for cid, row in claim_rows.items() if row["chunk_id"] is not None}
         chunk_ids = list(dict.fromkeys([*(i for ranked in legs["chunk"].values() for i in ranked),
-                                        *chunk_of.values()]))
+                                        *chunk_of.values(), *(key[0] for key, _ in nearest)]))
         chunk_rows = await db.chunks(conn, caller, chunk_ids)
         named: set[uuid.UUID] = set()
         entities = await db.named_entities(conn, caller, name_keys(query))
@@ -517,10 +529,57 @@ class Retrieval:
                         for cid, row in claim_rows.items()}
             coverage |= {cid: term_coverage(asked, self._terms(cid, row["chunk_text"]))
                          for cid, row in chunk_rows.items()}
+        units = await self._unit_candidates(conn, caller, query, vector, nearest, claim_rows, chunk_rows) \
+            if by_unit else UnitCandidates()
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
                                         named=frozenset(named), dated=frozenset(dated), temporal=temporal,
-                                        similarity=similarity, term_coverage=coverage)
+                                        similarity=similarity, term_coverage=coverage, units=units)
         return candidates, claim_rows, chunk_rows, full
+
+    async def _unit_candidates(self, conn: asyncpg.Connection, caller: Caller, query: str, vector: Sequence[float],
+                               nearest: Sequence[tuple[UnitKey, float]], claim_rows: dict[uuid.UUID, Any],
+                               chunk_rows: dict[uuid.UUID, Any]) -> UnitCandidates:
+        """The units of every confirmed passage, ranked by their own vectors (with the space's
+        nearest units) and by BM25 over their own text; and which units each claim came from."""
+        of_chunk = {cid: [(cid, n) for n in range(len(self.unit_spans(cid, row)))] for cid, row in chunk_rows.items()}
+        cosine = dict(nearest) | await self.legs.unit_similarities(conn, caller.space_id, vector, list(chunk_rows))
+        semantic = sorted((key for key in cosine if key[0] in of_chunk and key[1] < len(of_chunk[key[0]])),
+                          key=lambda key: (-cosine[key], str(key[0]), key[1]))
+        lexical: list[UnitKey] = []
+        if self.weights.unit_bm25:  # read only by its leg
+            pool = [key for keys in of_chunk.values() for key in keys]
+            lexical = bm25_rank(pool, [self._unit_terms(key, chunk_rows[key[0]]) for key in pool],
+                                frozenset(query_tokens(query)))
+        of_claim: dict[uuid.UUID, list[UnitKey]] = {}
+        for cid, row in claim_rows.items():
+            chunk = chunk_rows.get(row["chunk_id"])
+            if chunk is None:
+                continue
+            spans = [(s["char_start"], s["char_end"]) for s in row["evidence_spans"] or []] or \
+                [(row["char_start"], row["char_end"])]
+            of_claim[cid] = [(chunk["chunk_id"], n) for n, (start, end, _) in enumerate(self.unit_spans(
+                chunk["chunk_id"], chunk)) if any(a < end and b > start for a, b in spans)]
+        return UnitCandidates(semantic=semantic, bm25=lexical, of_chunk=of_chunk, of_claim=of_claim)
+
+    def unit_spans(self, chunk_id: uuid.UUID, row: Any) -> list[tuple[int, int, str]]:
+        """A passage's retrieval units (``chunk_units`` ordinals) as ``(start, end, text)`` in
+        document offsets, remembered by chunk id (chunk text never changes)."""
+        known = self._units.get(chunk_id)
+        if known is None:
+            if len(self._units) >= DATED_CACHE:
+                self._units.clear()
+            base = row["char_start"]
+            known = self._units[chunk_id] = [(base + a, base + b, unit)
+                                             for a, b, unit in retrieval_unit_spans(row["chunk_text"])]
+        return known
+
+    def _unit_terms(self, key: UnitKey, row: Any) -> Counter[str]:
+        known = self._unit_counts.get(key)
+        if known is None:
+            if len(self._unit_counts) >= DATED_CACHE:
+                self._unit_counts.clear()
+            known = self._unit_counts[key] = Counter(tokens(self.unit_spans(key[0], row)[key[1]][2]))
+        return known
 
     def _terms(self, item_id: uuid.UUID, text: str) -> frozenset[str]:
         """The search terms of an immutable claim or chunk text, remembered by id."""
@@ -562,6 +621,9 @@ class Retrieval:
             candidates, claim_rows, chunk_rows, full = await self.evidence_candidates(
                 conn, caller, query, vector, entity_ids, candidate_k)
         claim_order, chunk_order = fuse_evidence(candidates, self.weights)
+        units = fuse_units(candidates.units, claim_order, chunk_order, self.weights) if self.weights.by_unit else []
+        if units:
+            claim_order = claims_by_unit(claim_order, units, candidates.units.of_claim)
         dropped = 0
         groups: dict[tuple[Any, ...], list[Any]] = {}
         for fused in claim_order:
@@ -579,22 +641,38 @@ class Retrieval:
             message.corroboration_count = len({m["doc_id"] for m in members})
             message.grouped_claim_ids.extend(str(m["claim_id"]) for m in members[1:])
             env.evidence.append(message)
-        kept_chunks = []
-        for fused in chunk_order:
-            row = chunk_rows.get(fused.item_id)
-            if row is None:
-                dropped += 1
-                continue
-            kept_chunks.append(row)
-        for row in kept_chunks[:k]:
-            chunk = chunk_message(row)
-            chunk.chunk_text = self.redact(chunk.chunk_text, caller)
-            env.chunks.append(chunk)
-        # Claims and passages share one fused scale: the ranking orders them together.
-        returned = {m[0]["claim_id"] for m in grouped[:k]} | {r["chunk_id"] for r in kept_chunks[:k]}
-        _ranking(env, sorted([*claim_order, *chunk_order], key=lambda f: (-f.score, str(f.item_id))), returned)
+        dropped += sum(1 for f in chunk_order if f.item_id not in chunk_rows)
+        returned_claims = {m[0]["claim_id"] for m in grouped[:k]}
+        claims_ranked = [f for f in claim_order if f.item_id in returned_claims]
+        if units:
+            # The passages are the best units themselves (a turn, a block), best first: each a
+            # slice of its chunk (``chunk_id``) at the unit's own offsets, and each claim ranks
+            # at the unit it was read from. ``adjacent_chunks(chunk_id, turn)`` widens a passage.
+            for unit in units[:k]:
+                row = chunk_rows[unit.key[0]]
+                start, end, _ = self.unit_spans(unit.key[0], row)[unit.key[1]]
+                chunk = chunk_message(row)
+                chunk.char_start, chunk.char_end = start, end
+                chunk.chunk_text = self.redact(row["chunk_text"][start - row["char_start"]:end - row["char_start"]],
+                                               caller)
+                env.chunks.append(chunk)
+            passages: Sequence[Any] = units
+        else:
+            passages = [f for f in chunk_order if f.item_id in chunk_rows]
+            for fused in passages[:k]:
+                chunk = chunk_message(chunk_rows[fused.item_id])
+                chunk.chunk_text = self.redact(chunk.chunk_text, caller)
+                env.chunks.append(chunk)
+        # The ranking is the answer's reading order. By unit: the passages best first, then the
+        # claims read from them (each scored at its weakest unit: a claim never displaces a
+        # turn). By chunk: claims and passages merged on one fused scale. Either way the
+        # passages' entries come in the order of ``chunks``.
+        ranked = [*passages[:k], *claims_ranked] if units else sorted(
+            [*passages[:k], *claims_ranked], key=lambda f: (-f.score, str(f.item_id)))
+        for item in ranked:
+            env.ranking.add(item_id=str(item.item_id), score=item.score, signals=item.signals)
         env.dropped_by_hydration = dropped
-        total = max(len(grouped), len(kept_chunks))
+        total = max(len(grouped), len(passages))
         if total > k or full:
             truncation(env, returned=max(len(env.evidence), len(env.chunks)), estimated=total, exact=not full,
                        reason="result_budget")

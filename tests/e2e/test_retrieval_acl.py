@@ -130,6 +130,24 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                         assert all(1 - score <= cutoff for _, score in found), (kind, plan)  # recall 1.0 up to ties
                         if kind == "chunk":
                             assert all(chunk_docs[i] in visible_docs for i, _ in found), (plan, principals)
+                # The unit leg (turns and blocks by their own vectors): the same, unit by unit.
+                unit_oracle = await conn.fetch(
+                    f"""SELECT u.embedding <=> $3 AS distance FROM chunk_units u
+                          JOIN chunks c ON c.chunk_id = u.chunk_id AND c.space_id = u.space_id
+                         WHERE c.space_id = $1 AND {db.CLAIM_VISIBLE} ORDER BY 1 LIMIT 10""",
+                    space, sorted(principals), np.asarray(vector, dtype="float32"))
+                cutoff = unit_oracle[-1]["distance"] + 1e-6 if unit_oracle else 0.0
+                for exact_max in (None, 0):
+                    saved = db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX
+                    if exact_max is not None:
+                        db.EXACT_SCAN_MAX = db.RESTRICTED_EXACT_SCAN_MAX = exact_max
+                    try:
+                        async with conn.transaction():
+                            units = await retrieval.legs.nearest_units(conn, caller, vector, 10)
+                    finally:
+                        db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX = saved
+                    assert len(units) == len(unit_oracle) and all(1 - score <= cutoff for _, score in units)
+                    assert all(chunk_docs[chunk] in visible_docs for (chunk, _), _ in units), principals
     finally:
         await database.close()
 

@@ -111,8 +111,11 @@ def test_the_second_stage_scores_every_nominee_by_meaning_and_keeps_fusion_above
     # the second stage on, the replayed fusion still recalls at least its best single channel.
     dsn, sets, docs = ingested
     embedder = HashEmbeddings()
-    # Shallow legs, so that BM25 nominates passages the dense leg did not.
-    weights = dataclasses.replace(Retrieval(None, embedder, None).weights, depth=10, dense=0.75, coverage=0.25)
+    # Shallow legs, so that BM25 nominates passages the dense leg did not; whole chunks as
+    # passages, so that the ranking shows the second stage's own signals (by unit, it shows
+    # the unit legs').
+    weights = dataclasses.replace(Retrieval(None, embedder, None).weights, depth=10, dense=0.75, coverage=0.25,
+                                  unit_semantic=0.0, unit_bm25=0.0, unit_passage=0.0, unit_claim=0.0)
 
     async def run() -> tuple[list[quality.Case], list[tuple[str, float]], Any]:
         db = await Database.connect(dsn, min_size=1, max_size=4)
@@ -353,3 +356,42 @@ def test_a_model_change_is_a_guided_reembed_never_a_silent_mix(ingested) -> None
         finally:
             await db.close()
     asyncio.run(run())
+
+
+def test_the_evidence_operation_returns_the_best_turns_themselves(ingested) -> None:
+    # Ranked by unit: each passage is one turn or block, the unit's own slice of the chunk it
+    # names; the ranking reads the passages first (one entry each, in order), then the claims.
+    dsn, sets, docs = ingested
+    questions = [q for s in sets for q in s.questions][::10]
+
+    async def run() -> list[Any]:
+        db = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            retrieval = Retrieval(db, HashEmbeddings(), None)
+            assert retrieval.weights.by_unit
+            caller = Caller(await db.fetchval("SELECT space_id FROM spaces WHERE is_default"), Scope.READ, None)
+            out = []
+            for q in questions:
+                env = await retrieval.run_operation(caller, "claims_and_sources_context", {"query": q.text})
+                whole = {r["chunk_id"]: (r["char_start"], r["char_end"]) for r in await db.fetch(
+                    "SELECT chunk_id, char_start, char_end FROM chunks WHERE chunk_id = ANY($1::uuid[])",
+                    [uuid.UUID(c.chunk_id) for c in env.chunks])}
+                out.append((env, whole))
+            return out
+        finally:
+            await db.close()
+    by_doc = {str(doc_id): doc for doc_id, doc in docs.items()}
+    for env, whole in asyncio.run(run()):
+        assert env.chunks
+        for c in env.chunks:
+            doc = by_doc[c.doc_id]
+            assert doc.markdown[c.char_start:c.char_end] == c.chunk_text
+            start, end = whole[uuid.UUID(c.chunk_id)]
+            assert start <= c.char_start < c.char_end <= end  # inside the passage it names
+            assert len(doc.units_in(c.char_start, c.char_end)) == 1, c.chunk_text  # one turn or block
+        assert len({(c.chunk_id, c.char_start) for c in env.chunks}) == len(env.chunks)  # each unit once
+        passages = [r for r in env.ranking if r.item_id in {c.chunk_id for c in env.chunks}]
+        assert len(passages) == len(env.chunks) and list(env.ranking)[:len(passages)] == passages
+        assert [r.score for r in passages] == sorted((r.score for r in passages), reverse=True)
+        for r in env.ranking:
+            assert r.score == pytest.approx(sum(r.signals.values()), rel=1e-9)

@@ -8,8 +8,11 @@ from services.platform.text import query_tokens, tokens
 from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
+    UnitCandidates,
+    bm25_rank,
     fuse_evidence,
     fuse_facts,
+    fuse_units,
     is_temporal_question,
     mentions_time,
     name_keys,
@@ -90,6 +93,27 @@ def test_the_second_stage_rescores_each_nominee_by_meaning_and_by_the_terms_it_h
     assert "coverage" not in next(f for f in claims if f.item_id == c2).signals  # none of its terms
     assert term_coverage(frozenset({"cat", "name"}), frozenset({"cat", "luna"})) == 0.5
     assert term_coverage(frozenset(), frozenset({"cat"})) == 0.0  # a question of stop words only
+
+
+def test_units_are_ranked_themselves_and_claims_count_through_the_turns_they_came_from() -> None:
+    c1, c2, p1, p2 = _ids(4)
+    a, b, c, d = (p1, 0), (p1, 1), (p1, 2), (p2, 0)
+    units = UnitCandidates(semantic=[d, b], bm25=[c], of_chunk={p1: [a, b, c], p2: [d]}, of_claim={c1: [c], c2: [a]})
+    claims, chunks = fuse_evidence(EvidenceCandidates(claims={"bm25": [c1, c2]}, chunks={"bm25": [p1, p2]}),
+                                   FusionWeights(k=5))
+    weights = FusionWeights(unit_semantic=1.0, unit_bm25=1.0, unit_passage=1.0, unit_claim=1.0, unit_k=1)
+    ranked = fuse_units(units, claims, chunks, weights)
+    assert ranked[0].key == c  # the passage's first unit by BM25 and by its claim, not the whole passage
+    assert {u.key for u in ranked} == {a, b, c, d}  # every unit of a nominated passage can be returned
+    for u in ranked:
+        assert abs(u.score - sum(u.signals.values())) < 1e-12
+        assert u.item_id == u.key[0]  # the ranking names a unit by its passage
+    assert set(next(u for u in ranked if u.key == a).signals) == {"passage", "claim"}
+    alone = fuse_units(units, claims, chunks, FusionWeights(unit_semantic=1.0))
+    assert [u.key for u in alone][:2] == [d, b] and all(u.score == 0 for u in alone[2:])  # its own order first
+    assert not FusionWeights().by_unit and weights.by_unit  # all unit weights 0: whole passages, as before
+    # BM25 over the units themselves, with the pool's statistics: the rarer term decides.
+    assert bm25_rank([a, b, c], [{"cat": 1, "luna": 1}, {"cat": 2}, {"flat": 1}], frozenset({"cat", "luna"})) == [a, b]
 
 
 def test_each_kind_of_embedder_has_its_weights() -> None:

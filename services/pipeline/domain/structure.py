@@ -44,6 +44,7 @@ __all__ = [
     "normalized_hash",
     "parse_blocks",
     "retrieval_text",
+    "retrieval_unit_spans",
     "retrieval_units",
     "reuse_plan",
     "title_role",
@@ -912,8 +913,16 @@ def retrieval_units(text: str) -> list[str]:
     """The retrieval units of a chunk, each embedded on its own: a conversation turn as
     ``Speaker: words``, a document block (paragraph, list item, table row, …) as it is;
     headings are not units. A chunk of headings alone is one unit, its retrieval text."""
-    units = [part for block, part in _search_blocks(text) if block.kind != "heading" and part.strip()]
-    return units or [retrieval_text(text)]
+    return [unit for _, _, unit in retrieval_unit_spans(text)]
+
+
+def retrieval_unit_spans(text: str) -> list[tuple[int, int, str]]:
+    """:func:`retrieval_units` with where each lies in the chunk text: ``(start, end, unit)``,
+    in unit ordinal order (the ``chunk_units`` rows). A turn's span keeps its anchor head; a
+    chunk of headings alone is one unit spanning the whole text."""
+    units = [(block.char_start, block.char_end, part) for block, part in _search_blocks(text)
+             if block.kind != "heading" and part.strip()]
+    return units or [(0, len(text), retrieval_text(text))]
 
 
 def embedding_inputs(table: str, owner: K, text: str) -> list[tuple[K, int | None, str]]:

@@ -21,6 +21,7 @@ from services.pipeline.domain.structure import (
     normalized_hash,
     parse_blocks,
     retrieval_text,
+    retrieval_unit_spans,
     retrieval_units,
     reuse_plan,
 )
@@ -501,6 +502,14 @@ def test_retrieval_units_are_the_turns_and_blocks_a_chunk_holds() -> None:
     assert retrieval_units(document) == ["Ravi owns the exporter.", "- Dana reviews it", "- Mira ships it",
                                          "| who | what |"]
     assert retrieval_units("# A heading alone\n") == ["# A heading alone\n"]  # still one unit, never none
+    # Where each unit lies in the chunk (search returns a unit as its own slice of the chunk):
+    # a turn's span keeps its anchor head, a block is itself.
+    session = _session("Bakery chat", ("Grace", "Mateo"), 2)
+    spans = retrieval_unit_spans(session)
+    assert [unit for _, _, unit in spans] == retrieval_units(session)
+    assert all(session[a:b].startswith("[s") and session[a:b].endswith(unit.split(": ", 1)[1]) for a, b, unit in spans)
+    assert [document[a:b] for a, b, _ in retrieval_unit_spans(document)] == retrieval_units(document)
+    assert retrieval_unit_spans("# A heading alone\n") == [(0, 18, "# A heading alone\n")]
 
 
 def test_a_chunk_is_embedded_whole_and_unit_by_unit() -> None:
