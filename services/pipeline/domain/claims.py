@@ -312,12 +312,17 @@ u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. oct. nov. dec. mt. ave. 
 
 # --------------------------------------------------------------------------- regular expressions
 
-_TOKEN_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
-_NAME_WORD = r"[A-Z][a-z]+(?:[-'’][A-Z][a-z]+)*"
-_NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.(?!\w)|{_NAME_WORD}))*"
+# Letters of the Latin scripts (ASCII, Latin-1 and Latin Extended-A/B), by case: names such
+# as "Graça", "Łukasz", "Dvořák" or "Şahin" are one word, not cut at their first accent.
+_UPPER = "A-Z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.isupper())
+_LOWER = "a-z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.islower())
+_TOKEN_RE = re.compile(rf"[{_UPPER}{_LOWER}0-9]+(?:['’][{_UPPER}{_LOWER}]+)*")
+_NAME_WORD = rf"[{_UPPER}][{_LOWER}]+(?:[-'’][{_UPPER}][{_LOWER}]+)*"
+_NAME = rf"{_NAME_WORD}(?:\s+(?:[{_UPPER}]\.(?!\w)|{_NAME_WORD}))*"
 _NAME_RE = re.compile(rf"(?<![\w'’]){_NAME}")
-_BOLD_SPEAKER_RE = re.compile(r"^\*\*(?P<speaker>[A-Z][^*:\n]{0,60}?)(?::\*\*|\*\*:)\s+")
-_PLAIN_LABEL_RE = re.compile(r"^(?P<speaker>[A-Z][A-Za-z'’-]*(?:\s+(?:[A-Za-z][A-Za-z'’-]*|[A-Z]\.)){0,3}):\s+(?=\S)")
+_BOLD_SPEAKER_RE = re.compile(rf"^\*\*(?P<speaker>[{_UPPER}][^*:\n]{{0,60}}?)(?::\*\*|\*\*:)\s+")
+_PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
+                             rf"(?:\s+(?:[{_UPPER}{_LOWER}][{_UPPER}{_LOWER}'’-]*|[{_UPPER}]\.)){{0,3}}):\s+(?=\S)")
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"

@@ -428,3 +428,17 @@ def test_may_the_modal_is_not_a_month() -> None:
     assert timeparse.find_time_expressions("We may ship the exporter.", ANCHOR) == []
     expression = timeparse.resolve("Ravi left in May.", ANCHOR)
     assert expression is not None and expression.valid_from == midnight(2026, 5, 1)
+
+
+def test_names_with_accents_are_whole_words() -> None:
+    """A name is not cut at its first letter outside ASCII, as speaker or as subject."""
+    document = (
+        "# Thread\n\n"
+        "[t1 | 2026-09-17T09:30:00Z] Zoë: Łukasz Dvořák reviewed the exporter yesterday.\n\n"
+        "**Şahin:** I met Dona Graça on Monday.\n"
+    )
+    claims, _ = run(document, asserted_at=SEPT_17)
+    texts = [c.claim_text for c in claims]
+    assert "Zoë said that Łukasz Dvořák reviewed the exporter on 16 September 2026." in texts
+    assert any(t.startswith("Şahin said that Şahin met Dona Graça") for t in texts), texts
+    assert {c.attributed_to for c in claims} == {"Zoë", "Şahin"}
