@@ -54,6 +54,13 @@ def build_app(settings: Settings) -> Gateway:
     )
 
 
+# An idle keep-alive connection is closed by the client, never by us: if both sides give up
+# after the same 5 s (uvicorn's and httpx's defaults), a request sent on a connection just as
+# the server times it out is lost with a reset. 75 s outlasts httpx (5 s) and the usual load
+# balancers' idle timeouts (60 s), so the client side always closes first.
+HTTP_KEEP_ALIVE_S = 75
+
+
 class DrainingServer(uvicorn.Server):
     """On SIGTERM or SIGINT: stop admitting (every new request and /healthz answer 503
     with Retry-After), let each accepted request finish within the grace, then stop.
@@ -135,6 +142,7 @@ async def serve(settings: Settings) -> None:
     config = uvicorn.Config(
         app, host=settings.host, port=settings.gateway_port, loop="uvloop", lifespan="on",
         log_level="warning", access_log=False, timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        timeout_keep_alive=HTTP_KEEP_ALIVE_S,
     )
     server = DrainingServer(config, app, grace_s=settings.shutdown_grace_s)
     await grpc_server.start()
