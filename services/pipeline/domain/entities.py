@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from services.platform.text import normalize_name
 
-RESOLVER_VERSION = "rules-resolver/3"
+RESOLVER_VERSION = "rules-resolver/4"
 TIER_WEIGHT = {"T0": 1.0, "T1": 0.8, "T2": 0.7, "T3": 0.6}
 
 # T3 acceptance by the rules resolver (the cosine floor that *finds* T3 candidates lives
@@ -50,6 +50,9 @@ class Candidate:
     named_in_claim: bool = False  # T3: the claim names this entity elsewhere
     surface: str | None = None  # the matched alias as written (its case tells a proper name)
     surfaces: tuple[str, ...] = ()  # T0-T2: every alias of the entity as written
+    # T0-T2, an entity known only by a bare name: that name also starts full names of other
+    # entities, so it was left unresolved between them and is no one's full name to join
+    shared_bare: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,10 +165,19 @@ def profile_usable(mention: str, candidate: Candidate) -> bool:
     return coverage(mention, candidate.profile) >= T3_COVERAGE
 
 
+def bare(candidate: Candidate) -> bool:
+    """Known only by single words ("Ravi"): no full name of its own yet."""
+    return bool(candidate.surfaces) and all(len(s.split()) == 1 for s in candidate.surfaces)
+
+
 def entity_compatible(mention: str, candidate: Candidate, surface: str | None = None) -> bool:
     """The mention fits the alias it matched and every full name the entity holds: "Ravi
-    Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi"."""
+    Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi". Nor does a
+    full name join the entity of a bare "Ravi" left between "Ravi Shankar" and "Ravi Patel":
+    met before those bare mentions, "Ravi Kumar" would have been a third entity."""
     if not compatible(mention, candidate.alias, mention_surface=surface, alias_surface=candidate.surface):
+        return False
+    if candidate.shared_bare and len(mention.split()) > 1 and bare(candidate):
         return False
     return all(compatible(mention, normalize_name(other), mention_surface=surface, alias_surface=other)
                for other in candidate.surfaces if len(other.split()) > 1)
@@ -195,8 +207,7 @@ def choose(mention: str, candidates: Sequence[Candidate], surface: str | None = 
         named = [c for c in usable if c.in_document]
         if len({c.entity_id for c in named}) != 1:
             # the bare name met before, itself left unresolved: the same mention again
-            named = [c for c in usable if c.alias == mention and c.surfaces
-                     and all(len(other.split()) == 1 for other in c.surfaces)]
+            named = [c for c in usable if c.alias == mention and bare(c)]
         if len({c.entity_id for c in named}) != 1:
             return ResolutionVerdict(None, "new", 1.0, {"candidates": scores, "undecided": "first_name",
                                                         "ambiguous_with": sorted(str(c.entity_id) for c in usable)})
