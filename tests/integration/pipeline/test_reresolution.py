@@ -165,7 +165,7 @@ async def snapshot(db: Database, space_id: uuid.UUID) -> dict:
 
 async def test_every_order_of_the_three_ravis_holds_the_same_facts_windows_labels_and_mentions(
         db: Database) -> None:
-    outcomes = {}
+    outcomes: dict[object, dict] = {}
     for order in itertools.permutations(range(3)):
         outcomes[order] = (await run(db, order))[1]
     outcomes["interleaved"] = (await run(db, (1, 0, 2), interleaved=True))[1]
