@@ -8,7 +8,6 @@ never race to create the same entity or fact.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import re
@@ -22,14 +21,7 @@ import numpy as np
 from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
 from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, holder_predicates
-from services.pipeline.domain.entities import (
-    RESOLVER_VERSION,
-    Candidate,
-    ResolutionVerdict,
-    bare,
-    choose,
-    compatible,
-)
+from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose
 from services.pipeline.domain.facts import (
     ClaimView,
     Window,
@@ -98,7 +90,7 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
              WHERE a.space_id = $1 AND (a.normalized_alias = $2 OR a.normalized_alias LIKE $3)
              ORDER BY {_LIVE}, a.normalized_alias <> $2, a.alias_id""", space_id, key, first_of)
     if rows:
-        return await _mark_shared(conn, space_id, key, [_candidate(r, "T0", 1.0, in_doc) for r in rows])
+        return [_candidate(r, "T0", 1.0, in_doc) for r in rows]
     rows = await conn.fetch(
         f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}, similarity(a.normalized_alias, $2) AS score
               FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
@@ -108,7 +100,7 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
         space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
     found = _best_per_entity([_candidate(r, "T1", float(r["score"]), in_doc) for r in rows])
     if found:
-        return await _mark_shared(conn, space_id, key, found[:CANDIDATE_WIDTH])
+        return found[:CANDIDATE_WIDTH]
     codes = await phonetic(conn, key)
     if codes:
         rows = await conn.fetch(
@@ -118,7 +110,7 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
                  ORDER BY a.normalized_alias, a.alias_id LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
         found = _best_per_entity([_candidate(r, "T2", 0.7, in_doc) for r in rows])
         if found:
-            return await _mark_shared(conn, space_id, key, found)
+            return found
     if context_vector is None or not len(context_vector):
         return []
     return await profile_candidates(conn, space_id, key, context_vector, in_doc, claim_id)
@@ -167,27 +159,6 @@ def _candidate(r: Any, tier: str, score: float, in_doc: set[uuid.UUID]) -> Candi
 def first_name_pattern(word: str) -> str:
     """A LIKE pattern (through the trigram index) for the names ``word`` is the first word of."""
     return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
-
-
-async def _mark_shared(conn: asyncpg.Connection, space_id: uuid.UUID, key: str,
-                       found: list[Candidate]) -> list[Candidate]:
-    """For a full name: mark each candidate known only by a bare name that also starts a
-    compatible full name of another entity (see ``Candidate.shared_bare``)."""
-    if " " not in key:
-        return found
-    out = []
-    for c in found:
-        if bare(c):
-            others = await conn.fetch(
-                f"""SELECT a.normalized_alias, a.alias_text
-                      FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
-                     WHERE a.space_id = $1 AND a.normalized_alias LIKE $2 AND {_LIVE} <> $3""",
-                space_id, first_name_pattern(c.alias), c.entity_id)
-            if any(compatible(c.alias, o["normalized_alias"], mention_surface=c.surface, alias_surface=o["alias_text"])
-                   for o in others):
-                c = dataclasses.replace(c, shared_bare=True)
-        out.append(c)
-    return out
 
 
 def _best_per_entity(found: list[Candidate]) -> list[Candidate]:

@@ -50,9 +50,6 @@ class Candidate:
     named_in_claim: bool = False  # T3: the claim names this entity elsewhere
     surface: str | None = None  # the matched alias as written (its case tells a proper name)
     surfaces: tuple[str, ...] = ()  # T0-T2: every alias of the entity as written
-    # T0-T2, an entity known only by a bare name: that name also starts full names of other
-    # entities, so it was left unresolved between them and is no one's full name to join
-    shared_bare: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,12 +169,8 @@ def bare(candidate: Candidate) -> bool:
 
 def entity_compatible(mention: str, candidate: Candidate, surface: str | None = None) -> bool:
     """The mention fits the alias it matched and every full name the entity holds: "Ravi
-    Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi". Nor does a
-    full name join the entity of a bare "Ravi" left between "Ravi Shankar" and "Ravi Patel":
-    met before those bare mentions, "Ravi Kumar" would have been a third entity."""
+    Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi"."""
     if not compatible(mention, candidate.alias, mention_surface=surface, alias_surface=candidate.surface):
-        return False
-    if candidate.shared_bare and len(mention.split()) > 1 and bare(candidate):
         return False
     return all(compatible(mention, normalize_name(other), mention_surface=surface, alias_surface=other)
                for other in candidate.surfaces if len(other.split()) > 1)

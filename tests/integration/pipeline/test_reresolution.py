@@ -34,7 +34,8 @@ SHANKAR = ("shankar", "# Team\n\nRavi Shankar moved from the billing migration t
                       "Ravi owns the invoice exporter.\n", "2026-06-10")
 BARE = ("bare", "# Notes\n\nRavi works on the billing migration.\nRavi finished the export API.\n", "2026-03-01")
 PATEL = ("patel", "# Design\n\nRavi Patel leads the design team.\n", "2026-03-05")
-DOCUMENTS = (SHANKAR, BARE, PATEL)
+KUMAR = ("kumar", "# Kumar\n\nRavi Kumar joined the data platform team.\n", "2026-04-01")
+DOCUMENTS = (SHANKAR, BARE, PATEL, KUMAR)
 
 
 @pytest.fixture()
@@ -209,3 +210,15 @@ async def test_a_moved_mention_says_why_and_the_facts_it_took_are_retracted_with
         assert await conn.fetchval(
             """SELECT count(*) FROM (SELECT claim_id, role FROM (SELECT m.claim_id, m.mention_id AS role
                  FROM mentions m WHERE m.space_id = $1) x GROUP BY 1, 2 HAVING count(*) > 1) d""", space_id) == 0
+
+
+async def test_a_third_full_name_neither_joins_the_unresolved_ravi_nor_changes_the_outcome(db: Database) -> None:
+    """"Ravi Kumar" met after the bare "Ravi" was left between Shankar and Patel does not join
+    it (met before it, Kumar is an entity of its own): all 24 orders of four documents agree."""
+    outcomes = {order: (await run(db, order))[1] for order in itertools.permutations(range(4))}
+    first = outcomes[(0, 2, 3, 1)]
+    assert all(outcome == first for outcome in outcomes.values()), [
+        order for order, outcome in outcomes.items() if outcome != first]
+    assert ("bare", "Ravi", "Ravi") in set(first["mentions"])
+    assert ("kumar", "Ravi Kumar", "Ravi Kumar") in set(first["mentions"])
+    assert [("kumar", "Ravi Kumar")] in first["partition"]
