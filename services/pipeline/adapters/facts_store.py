@@ -79,10 +79,7 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
     A bare first name meets every full name it starts, not only the entities that happen to
     hold it as an alias: which entities hold "Ravi" depends on which documents came first."""
     key = normalize_name(name)
-    in_doc = set(in_document) if in_document is not None else {r[0] for r in await conn.fetch(
-        f"""SELECT DISTINCT {_LIVE} FROM mentions m
-             JOIN entities e ON e.entity_id = m.resolved_entity_id AND e.space_id = m.space_id
-             WHERE m.doc_id = $1""", doc_id)}
+    in_doc = set(in_document) if in_document is not None else await document_entities(conn, doc_id)
     first_of = first_name_pattern(key) if key and " " not in key else None
     rows = await conn.fetch(
         f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
@@ -114,6 +111,14 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
     if context_vector is None or not len(context_vector):
         return []
     return await profile_candidates(conn, space_id, key, context_vector, in_doc, claim_id)
+
+
+async def document_entities(conn: asyncpg.Connection, doc_id: uuid.UUID) -> set[uuid.UUID]:
+    """The (live) entities the document's saved mentions name."""
+    return {r[0] for r in await conn.fetch(
+        f"""SELECT DISTINCT {_LIVE} FROM mentions m
+             JOIN entities e ON e.entity_id = m.resolved_entity_id AND e.space_id = m.space_id
+             WHERE m.doc_id = $1""", doc_id)}
 
 
 async def profile_candidates(conn: asyncpg.Connection, space_id: uuid.UUID, key: str,
@@ -243,6 +248,8 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         vector = context_vector.get(mention_key(claim_id, surface))
         if vector is None and claim_id is not None:
             vector = context_vector.get(key)
+    if in_document is None:  # named by the document: its saved mentions and the names resolved so far
+        in_document = await document_entities(conn, doc_id) | {entity for entity, _ in cache.values()}
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
                                            claim_id=claim_id, in_document=in_document), surface=surface.strip())
     chosen = verdict.entity_id

@@ -62,15 +62,23 @@ class FactsWriter:
         and what depended on them adjudicated again, here (see reresolution)."""
         cache: dict[str, Any] = {}
         arrivals: set[str] = set()
+        names = [(claim["claim_id"], ordinal, role, name) for claim, drafts, _ in drafted
+                 for ordinal, draft in enumerate(drafts)
+                 for role, name in (("subject", draft.subject), ("object", draft.object)) if name is not None]
+        # The document's full names first, then its single words (each in document order): a
+        # bare "Ravi" meets the "Ravi Shankar" its document names wherever in it the name stands.
+        resolved = {}
+        for claim_id, ordinal, role, name in sorted(names, key=lambda n: " " not in normalize_name(n[3])):
+            resolved[claim_id, ordinal, role] = await fs.resolve(
+                conn, source.space_id, source.doc_id, name, cache, context_vector=context_vector,
+                claim_id=claim_id, arrivals=arrivals)
         for claim, drafts, reason in drafted:
             view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
                              claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
                              claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
             written = 0
             for ordinal, draft in enumerate(drafts):
-                subject_id, subject_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.subject,
-                                                               cache, context_vector=context_vector,
-                                                               claim_id=claim["claim_id"], arrivals=arrivals)
+                subject_id, subject_verdict = resolved[claim["claim_id"], ordinal, "subject"]
                 subject_mention = await fs.save_mention(
                     conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                     claim_id=claim["claim_id"], ordinal=ordinal, role="subject", surface=draft.subject,
@@ -78,9 +86,7 @@ class FactsWriter:
                 object_mention = None
                 features: dict[str, Any] = dict(draft.features)
                 if draft.object is not None:
-                    object_id, object_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.object,
-                                                                 cache, context_vector=context_vector,
-                                                                 claim_id=claim["claim_id"], arrivals=arrivals)
+                    object_id, object_verdict = resolved[claim["claim_id"], ordinal, "object"]
                     object_mention = await fs.save_mention(
                         conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                         claim_id=claim["claim_id"], ordinal=ordinal, role="object", surface=draft.object,

@@ -35,7 +35,9 @@ SHANKAR = ("shankar", "# Team\n\nRavi Shankar moved from the billing migration t
 BARE = ("bare", "# Notes\n\nRavi works on the billing migration.\nRavi finished the export API.\n", "2026-03-01")
 PATEL = ("patel", "# Design\n\nRavi Patel leads the design team.\n", "2026-03-05")
 KUMAR = ("kumar", "# Kumar\n\nRavi Kumar joined the data platform team.\n", "2026-04-01")
-DOCUMENTS = (SHANKAR, BARE, PATEL, KUMAR)
+# "Ravi" before the full name its document gives him
+LATE = ("late", "# Sync\n\nRavi owns the billing dashboard.\nRavi Shankar leads the search team.\n", "2026-05-01")
+DOCUMENTS = (SHANKAR, BARE, PATEL, KUMAR, LATE)
 
 
 @pytest.fixture()
@@ -110,13 +112,14 @@ async def stage(db: Database, source: VersionSource, name: str) -> None:
 STAGES = ("normalize", "adjudicate", "settle", "label")
 
 
-async def run(db: Database, order: Sequence[int], *, interleaved: bool = False) -> tuple[uuid.UUID, dict]:
+async def run(db: Database, order: Sequence[int], *, interleaved: bool = False,
+              documents: Sequence[tuple[str, str, str]] = DOCUMENTS) -> tuple[uuid.UUID, dict]:
     """The documents in ``order``: each through every stage, or (``interleaved``) every
     document normalised in that order and then adjudicated, counted and labelled backwards."""
     async with db.transaction() as conn:
         space_id = await conn.fetchval("INSERT INTO spaces (slug, name) VALUES ($1, 'test') RETURNING space_id",
                                        f"r{uuid.uuid4().hex[:12]}")
-    sources = [await add_document(db, space_id, *DOCUMENTS[i]) for i in order]
+    sources = [await add_document(db, space_id, *documents[i]) for i in order]
     if interleaved:
         for source in sources:
             await stage(db, source, "normalize")
@@ -222,3 +225,16 @@ async def test_a_third_full_name_neither_joins_the_unresolved_ravi_nor_changes_t
     assert ("bare", "Ravi", "Ravi") in set(first["mentions"])
     assert ("kumar", "Ravi Kumar", "Ravi Kumar") in set(first["mentions"])
     assert [("kumar", "Ravi Kumar")] in first["partition"]
+
+
+async def test_a_bare_name_joins_the_full_name_its_document_gives_wherever_it_stands(db: Database) -> None:
+    """"Ravi owns the billing dashboard. Ravi Shankar leads the search team.": the "Ravi" is
+    Shankar's in every order, also when Shankar and Patel were known before the document."""
+    documents = (SHANKAR, PATEL, LATE)
+    outcomes = {order: (await run(db, order, documents=documents))[1]
+                for order in itertools.permutations(range(3))}
+    first = outcomes[(0, 1, 2)]
+    assert all(outcome == first for outcome in outcomes.values()), [
+        order for order, outcome in outcomes.items() if outcome != first]
+    assert ("late", "Ravi", "Ravi Shankar") in set(first["mentions"])
+    assert "Ravi Shankar owns billing dashboard" in {f[0] for f in first["facts"]}
