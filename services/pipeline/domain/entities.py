@@ -162,11 +162,6 @@ def profile_usable(mention: str, candidate: Candidate) -> bool:
     return coverage(mention, candidate.profile) >= T3_COVERAGE
 
 
-def bare(candidate: Candidate) -> bool:
-    """Known only by single words ("Ravi"): no full name of its own yet."""
-    return bool(candidate.surfaces) and all(len(s.split()) == 1 for s in candidate.surfaces)
-
-
 def entity_compatible(mention: str, candidate: Candidate, surface: str | None = None) -> bool:
     """The mention fits the alias it matched and every full name the entity holds: "Ravi
     Patel" does not join the entity of "Ravi" and "Ravi Shankar" through "Ravi"."""
@@ -200,7 +195,8 @@ def choose(mention: str, candidates: Sequence[Candidate], surface: str | None = 
         named = [c for c in usable if c.in_document]
         if len({c.entity_id for c in named}) != 1:
             # the bare name met before, itself left unresolved: the same mention again
-            named = [c for c in usable if c.alias == mention and bare(c)]
+            named = [c for c in usable if c.alias == mention and c.surfaces
+                     and all(len(other.split()) == 1 for other in c.surfaces)]
         if len({c.entity_id for c in named}) != 1:
             return ResolutionVerdict(None, "new", 1.0, {"candidates": scores, "undecided": "first_name",
                                                         "ambiguous_with": sorted(str(c.entity_id) for c in usable)})
