@@ -311,7 +311,7 @@ class Stages:
                            strict=True)) if texts else {}
 
         async def write(conn: Any) -> None:
-            await self.facts.normalize(conn, source, drafted, context_vector=vectors)
+            await self.facts.normalize(conn, source, drafted, context_vector=vectors, floor=self.confidence_floor)
 
         return Done(write)
 

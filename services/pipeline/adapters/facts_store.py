@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -67,22 +67,25 @@ async def known_aliases(conn: Any, space_id: uuid.UUID, texts: Sequence[str]) ->
 
 async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID, name: str, *,
                      context_vector: Sequence[float] | None = None,
-                     claim_id: uuid.UUID | None = None) -> list[Candidate]:
-    """T0 exact alias (every match), then T1 trigram, then T2 Daitch–Mokotoff, then T3
-    profile embedding (only with a precomputed ``context_vector``: the mention in its claim,
-    embedded outside the transaction), stopping at the first tier that finds anything.
-    Merged entities are read through their survivor; entities already named in the
-    document are marked."""
+                     claim_id: uuid.UUID | None = None,
+                     in_document: Collection[uuid.UUID] | None = None) -> list[Candidate]:
+    """T0 exact alias (every match; for a single word also every name it is the first word
+    of), then T1 trigram, then T2 Daitch–Mokotoff, then T3 profile embedding (only with a
+    precomputed ``context_vector``: the mention in its claim, embedded outside the
+    transaction), stopping at the first tier that finds anything. Merged entities are read
+    through their survivor; entities already named in the document (``in_document`` when
+    the caller knows better, as re-resolution does) are marked.
+
+    A bare first name meets every full name it starts, not only the entities that happen to
+    hold it as an alias: which entities hold "Ravi" depends on which documents came first."""
     key = normalize_name(name)
-    in_doc = {r[0] for r in await conn.fetch(
-        f"""SELECT DISTINCT {_LIVE} FROM mentions m
-             JOIN entities e ON e.entity_id = m.resolved_entity_id AND e.space_id = m.space_id
-             WHERE m.doc_id = $1""", doc_id)}
+    in_doc = set(in_document) if in_document is not None else await document_entities(conn, doc_id)
+    first_of = first_name_pattern(key) if key and " " not in key else None
     rows = await conn.fetch(
         f"""SELECT DISTINCT ON ({_LIVE}) {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
               FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
-             WHERE a.space_id = $1 AND a.normalized_alias = $2
-             ORDER BY {_LIVE}, a.alias_id""", space_id, key)
+             WHERE a.space_id = $1 AND (a.normalized_alias = $2 OR a.normalized_alias LIKE $3)
+             ORDER BY {_LIVE}, a.normalized_alias <> $2, a.alias_id""", space_id, key, first_of)
     if rows:
         return [_candidate(r, "T0", 1.0, in_doc) for r in rows]
     rows = await conn.fetch(
@@ -108,6 +111,14 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
     if context_vector is None or not len(context_vector):
         return []
     return await profile_candidates(conn, space_id, key, context_vector, in_doc, claim_id)
+
+
+async def document_entities(conn: asyncpg.Connection, doc_id: uuid.UUID) -> set[uuid.UUID]:
+    """The (live) entities the document's saved mentions name."""
+    return {r[0] for r in await conn.fetch(
+        f"""SELECT DISTINCT {_LIVE} FROM mentions m
+             JOIN entities e ON e.entity_id = m.resolved_entity_id AND e.space_id = m.space_id
+             WHERE m.doc_id = $1""", doc_id)}
 
 
 async def profile_candidates(conn: asyncpg.Connection, space_id: uuid.UUID, key: str,
@@ -148,6 +159,11 @@ _SURFACES = f"""ARRAY(SELECT a2.alias_text FROM entity_aliases a2 WHERE a2.entit
 def _candidate(r: Any, tier: str, score: float, in_doc: set[uuid.UUID]) -> Candidate:
     return Candidate(r[0], r["normalized_alias"], tier, score, r[0] in in_doc, surface=r["alias_text"],
                      surfaces=tuple(r["surfaces"] or ()))
+
+
+def first_name_pattern(word: str) -> str:
+    """A LIKE pattern (through the trigram index) for the names ``word`` is the first word of."""
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
 
 
 def _best_per_entity(found: list[Candidate]) -> list[Candidate]:
@@ -213,14 +229,16 @@ async def context_texts(db: Any, source: VersionSource) -> dict[str, str]:
 async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UUID, surface: str,
                   cache: dict[str, tuple[uuid.UUID, ResolutionVerdict]], *,
                   context_vector: Mapping[str, Sequence[float]] | None = None,
-                  claim_id: uuid.UUID | None = None) -> tuple[uuid.UUID, ResolutionVerdict]:
+                  claim_id: uuid.UUID | None = None, in_document: Collection[uuid.UUID] | None = None,
+                  arrivals: set[str] | None = None) -> tuple[uuid.UUID, ResolutionVerdict]:
     """An entity for a name: the document's own earlier match, else the cascade + chooser,
     else a new entity. Every verdict is returned for the mention row.
 
     ``context_vector`` maps :func:`mention_key` (claim id and name) to the mention's
     context vector, embedded before the transaction; without it T3 is skipped. When the
     chosen entity had compatible rivals (``ambiguous_with``), a merge proposal is recorded
-    (never applied)."""
+    (never applied). A name of several words new to its entity is added to ``arrivals``: it
+    may be a rival for bare first names that joined another entity (see reresolution)."""
     key = normalize_name(surface)
     if key in cache:
         entity_id, _ = cache[key]
@@ -230,8 +248,10 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         vector = context_vector.get(mention_key(claim_id, surface))
         if vector is None and claim_id is not None:
             vector = context_vector.get(key)
+    if in_document is None:  # named by the document: its saved mentions and the names resolved so far
+        in_document = await document_entities(conn, doc_id) | {entity for entity, _ in cache.values()}
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
-                                           claim_id=claim_id), surface=surface.strip())
+                                           claim_id=claim_id, in_document=in_document), surface=surface.strip())
     chosen = verdict.entity_id
     rivals = verdict.scores.get("ambiguous_with") if chosen is not None else None
     if chosen is not None and isinstance(rivals, list | tuple) and rivals:
@@ -242,11 +262,14 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
             """INSERT INTO entities (entity_id, space_id, canonical_name, normalized_name) VALUES ($1, $2, $3, $4)""",
             chosen, space_id, surface, key)
     entity_id = chosen
-    await conn.execute(
+    inserted = await conn.fetchval(
         """INSERT INTO entity_aliases (space_id, entity_id, alias_text, normalized_alias, phonetic)
            VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (entity_id, normalized_alias, space_id) DO UPDATE SET last_seen = clock_timestamp()""",
+           ON CONFLICT (entity_id, normalized_alias, space_id) DO UPDATE SET last_seen = clock_timestamp()
+           RETURNING xmax = 0""",
         space_id, entity_id, surface, key, await _all_codes(conn, key))
+    if inserted and arrivals is not None and " " in key:
+        arrivals.add(key)
     if verdict.method in ("T0", "T1", "T2") and len(key) > len(normalize_name(await conn.fetchval(
             "SELECT canonical_name FROM entities WHERE entity_id = $1", entity_id))):
         # The fullest spelling seen becomes the canonical name ("Ravi" -> "Ravi Shankar"); a
@@ -371,8 +394,11 @@ async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reas
 
 
 async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Incoming, verdict: Verdict,
-                assertion_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID, label: str) -> uuid.UUID | None:
-    """Write a verdict: the fact, its evidence, supersessions, groups and the transcript."""
+                assertion_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID, label: str,
+                generation: int = 0) -> uuid.UUID | None:
+    """Write a verdict: the fact, its evidence, supersessions, groups and the transcript. An
+    assertion adjudicated again after re-resolution (``generation`` > 0) makes a new fact: the
+    one it made before stays retracted."""
     subject_kind = incoming.kind
     if verdict.outcome == "end":
         assert verdict.target is not None
@@ -411,7 +437,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                         "contradict" if stance == "contradicts" else verdict.outcome, verdict, claim_id,
                         before=_window(before) if before else None, after=verdict.window)
     else:
-        fact_id = derived_id("fact", assertion_id)
+        fact_id = derived_id("fact", assertion_id, generation) if generation else derived_id("fact", assertion_id)
         w = verdict.window or incoming.window
         closer: uuid.UUID | None = None
         if verdict.closed_by is not None:
@@ -558,7 +584,11 @@ async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Rec
            UNION
            SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
              FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
-            WHERE m.version_id = $1 AND f.embedding IS NULL""", version_id)
+            WHERE m.version_id = $1 AND f.embedding IS NULL
+           UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
+           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+             FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
+            WHERE a.features->>'reresolved_by' = $1::text AND f.embedding IS NULL""", version_id)
 
 
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:

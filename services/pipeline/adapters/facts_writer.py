@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.pipeline.adapters import crossrefs
+from services.pipeline.adapters import crossrefs, reresolution
 from services.pipeline.adapters import facts_store as fs
 from services.pipeline.adapters.store import VersionSource, derived_id
 from services.pipeline.domain.adjudicate import Incoming, decide
@@ -56,17 +56,29 @@ class FactsWriter:
 
     async def normalize(self, conn: asyncpg.Connection, source: VersionSource,
                         drafted: list[tuple[Any, list[Any], str | None]],
-                        context_vector: dict[str, list[float]] | None = None) -> None:
+                        context_vector: dict[str, list[float]] | None = None, *, floor: float = 0.75) -> None:
+        """Resolve and stage the assertions of the version's claims. A full name new to its
+        entity may make earlier bare-name joins ambiguous: those mentions are resolved again
+        and what depended on them adjudicated again, here (see reresolution)."""
         cache: dict[str, Any] = {}
+        arrivals: set[str] = set()
+        names = [(claim["claim_id"], ordinal, role, name) for claim, drafts, _ in drafted
+                 for ordinal, draft in enumerate(drafts)
+                 for role, name in (("subject", draft.subject), ("object", draft.object)) if name is not None]
+        # The document's full names first, then its single words (each in document order): a
+        # bare "Ravi" meets the "Ravi Shankar" its document names wherever in it the name stands.
+        resolved = {}
+        for claim_id, ordinal, role, name in sorted(names, key=lambda n: " " not in normalize_name(n[3])):
+            resolved[claim_id, ordinal, role] = await fs.resolve(
+                conn, source.space_id, source.doc_id, name, cache, context_vector=context_vector,
+                claim_id=claim_id, arrivals=arrivals)
         for claim, drafts, reason in drafted:
             view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
                              claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
                              claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
             written = 0
             for ordinal, draft in enumerate(drafts):
-                subject_id, subject_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.subject,
-                                                               cache, context_vector=context_vector,
-                                                               claim_id=claim["claim_id"])
+                subject_id, subject_verdict = resolved[claim["claim_id"], ordinal, "subject"]
                 subject_mention = await fs.save_mention(
                     conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                     claim_id=claim["claim_id"], ordinal=ordinal, role="subject", surface=draft.subject,
@@ -74,21 +86,19 @@ class FactsWriter:
                 object_mention = None
                 features: dict[str, Any] = dict(draft.features)
                 if draft.object is not None:
-                    object_id, object_verdict = await fs.resolve(conn, source.space_id, source.doc_id, draft.object,
-                                                                 cache, context_vector=context_vector,
-                                                                 claim_id=claim["claim_id"])
+                    object_id, object_verdict = resolved[claim["claim_id"], ordinal, "object"]
                     object_mention = await fs.save_mention(
                         conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
                         claim_id=claim["claim_id"], ordinal=ordinal, role="object", surface=draft.object,
                         entity_id=object_id, verdict=object_verdict)
                 if draft.previous_object is not None:
                     previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
-                                                      cache)
+                                                      cache, arrivals=arrivals)
                     features["previous_object_id"] = str(previous_id)
                 if draft.features.get("previous_holder"):
                     # the previous holder is a mention like any other name ("took over X from Dev Patel")
                     await fs.resolve(conn, source.space_id, source.doc_id, str(draft.features["previous_holder"]),
-                                     cache)
+                                     cache, arrivals=arrivals)
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
                 window = claim_window(view, draft)
@@ -109,9 +119,24 @@ class FactsWriter:
                    VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""",
                 claim["claim_id"], source.version_id, source.space_id, written,
                 None if written else (reason or "unknown_predicate"))
+        moved = await reresolution.rival_arrived(conn, source, arrivals) if arrivals else []
+        if moved:
+            reopened = await reresolution.reopen(conn, source, moved)
+            await self._adjudicate(conn, source.space_id, await self._pending(conn, assertion_ids=reopened),
+                                   floor=floor)
+            await refresh_support(conn, source.space_id, await _facts_of_assertions(conn, reopened), retract=False)
 
     async def adjudicate(self, conn: asyncpg.Connection, source: VersionSource, *, floor: float) -> None:
-        rows = await conn.fetch(
+        await self._adjudicate(conn, source.space_id, await self._pending(conn, version_id=source.version_id),
+                               floor=floor)
+
+    @staticmethod
+    async def _pending(conn: asyncpg.Connection, *, version_id: uuid.UUID | None = None,
+                       assertion_ids: list[uuid.UUID] | None = None) -> list[asyncpg.Record]:
+        """Assertions awaiting adjudication: a version's, in document order, or reopened ones
+        (any versions), by said-on time, then version and document order: one order whatever
+        order the documents came in."""
+        return list(await conn.fetch(
             """SELECT a.assertion_id, a.claim_id, a.kind, a.predicate, a.statement, a.valid_from, a.valid_until,
                       a.valid_precision, a.valid_kind, a.change_kind, a.features, c.doc_id, c.asserted_at,
                       c.is_current_testimony,
@@ -123,8 +148,13 @@ class FactsWriter:
                  JOIN entities se ON se.entity_id = sm.resolved_entity_id AND se.space_id = sm.space_id
             LEFT JOIN mentions om ON om.mention_id = a.object_mention_id AND om.space_id = a.space_id
             LEFT JOIN entities oe ON oe.entity_id = om.resolved_entity_id AND oe.space_id = om.space_id
-                WHERE a.version_id = $1 AND a.adjudicated_at IS NULL
-                ORDER BY c.char_start, a.claim_id, a.ordinal""", source.version_id)
+                WHERE (a.version_id = $1 OR a.assertion_id = ANY($2::uuid[])) AND a.adjudicated_at IS NULL
+                ORDER BY c.asserted_at, a.version_id, c.char_start, a.claim_id, a.ordinal""",
+            version_id, assertion_ids or []))
+
+    @staticmethod
+    async def _adjudicate(conn: asyncpg.Connection, space_id: uuid.UUID, rows: list[asyncpg.Record], *,
+                          floor: float) -> None:
         for r in rows:
             if not r["is_current_testimony"]:
                 # A later version (living mode) or a deletion retired the claim before its
@@ -145,14 +175,15 @@ class FactsWriter:
                 ends=bool(features.get("ends")), said_at=r["asserted_at"],
                 until_claim=bool(features.get("until_claim")),
             )
-            candidates = await fs.fact_views(conn, source.space_id, incoming, r["subject_name"])
-            ends = (await fs.pending_ends(conn, source.space_id, r["subject_id"], r["object_id"])
+            candidates = await fs.fact_views(conn, space_id, incoming, r["subject_name"])
+            ends = (await fs.pending_ends(conn, space_id, r["subject_id"], r["object_id"])
                     if r["kind"] == "relation" else [])
             verdict = decide(incoming, candidates, floor=floor, pending_ends=ends)
             label = (relation_label(r["subject_name"], r["predicate"], r["object_name"]) if r["kind"] == "relation"
                      else observation_label(r["subject_name"], r["statement"] or "", features))
-            await fs.apply(conn, space_id=source.space_id, incoming=incoming, verdict=verdict,
-                           assertion_id=r["assertion_id"], claim_id=r["claim_id"], doc_id=r["doc_id"], label=label)
+            await fs.apply(conn, space_id=space_id, incoming=incoming, verdict=verdict,
+                           assertion_id=r["assertion_id"], claim_id=r["claim_id"], doc_id=r["doc_id"], label=label,
+                           generation=int(features.get("generation") or 0))
 
     async def settle_counts(self, conn: asyncpg.Connection, source: VersionSource) -> None:
         """Evidence counts of every fact this version touched (including the facts it closed)."""
@@ -205,3 +236,16 @@ class FactsWriter:
                                                                                              strict=True)])
         await fs.index_facts(conn, source.space_id, facts)
         await fs.save_profiles(conn, source.space_id, profiles, profile_vectors, model)
+
+
+async def _facts_of_assertions(conn: asyncpg.Connection, assertion_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """The live facts adjudicating these assertions touched: theirs, those their claims
+    support, and those they superseded."""
+    return [r[0] for r in await conn.fetch(
+        """SELECT e.fact_id FROM fact_evidence e
+             JOIN assertions a ON a.claim_id = e.claim_id AND a.space_id = e.space_id
+             JOIN facts f ON f.fact_id = e.fact_id AND f.space_id = e.space_id
+            WHERE a.assertion_id = ANY($1::uuid[]) AND f.invalidated_at IS NULL
+           UNION
+           SELECT f.fact_id FROM facts f JOIN assertions a ON a.fact_id = f.superseded_by AND a.space_id = f.space_id
+            WHERE a.assertion_id = ANY($1::uuid[]) AND f.invalidated_at IS NULL""", assertion_ids)]

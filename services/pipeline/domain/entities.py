@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from services.platform.text import normalize_name
 
-RESOLVER_VERSION = "rules-resolver/3"
+RESOLVER_VERSION = "rules-resolver/4"
 TIER_WEIGHT = {"T0": 1.0, "T1": 0.8, "T2": 0.7, "T3": 0.6}
 
 # T3 acceptance by the rules resolver (the cosine floor that *finds* T3 candidates lives
