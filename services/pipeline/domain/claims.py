@@ -1062,8 +1062,8 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
     if _SUBJECTLESS_RE.match(value):
         return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
-    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key + value) \
-            and len(key.split()) <= 3:
+    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key) \
+            and len(key.split()) <= 3 and (not re.search(r"\d", value) or _names_a_thing(heading[0])):
         lowered_key = key.lower()
         subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
                    if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
@@ -1075,6 +1075,14 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         if role is not None:
             return _Part(value_start, value_end, f"The {role} of {key} is", section[1])
     return None
+
+
+def _names_a_thing(heading: str) -> bool:
+    """"Project Orca", "Lumos team": a heading with a proper name, whose "Budget: 40,000 EUR"
+    is that thing's budget ("Numbers", "Key figures" name no thing)."""
+    from services.pipeline.domain import nlp
+
+    return any(token.pos_ == "PROPN" for token in nlp.parse(heading))
 
 
 def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:

@@ -128,6 +128,7 @@ _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to cor
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
 _DETERMINERS = frozenset("the a an this that these those our my your their his her its some any each every".split())
 _PRONOUNS = frozenset("i me we us you he him she her they them it one someone everyone nobody".split())
+_RELATIVE_WORDS = frozenset("who whom whose which that where when".split())
 _TIME_NOUNS = frozenset("""today yesterday tomorrow week weeks month months year years quarter day days morning
 evening afternoon night now then time moment end beginning start""".split())
 
@@ -505,26 +506,42 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
+        dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)]
+        relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
+                    for c in sentence if c.dep_ == "relcl" and c.left_edge.lower_ in _RELATIVE_WORDS]
+        # "Kim, who joined in 2023, now leads X": a date only a relative clause has is that
+        # clause's time, not the main clause's (and a date only the main clause has is not the
+        # relative clause's)
+        main_undated = bool(dates) and bool(relative) and all(any(a <= s < b for a, b in relative) for s, _ in dates)
         for token in sentence:
             # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
             if token.dep_ == "appos" and _is_personish(token.head):
                 role = _role(token)
+                if role is not None and role[0] in ("part_of", "member_of"):
+                    role = _member_role(token) or role
                 if role is not None:
                     extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
                                          object=role[1], label=sentence.text.strip()))
             # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
             if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
+                a, b = token.left_edge.idx - sentence.start_char, token.right_edge.idx + len(token.right_edge) \
+                    - sentence.start_char
+                undated = bool(dates) and not any(a <= s < b for s, _ in dates)
                 for reading in _read_clause(_clause(token, [token.head]), sentence):
                     if reading.kind == "relation":
                         subject = _np_text(token.head)
-                        extra.append(_replace(reading, subject=subject))
+                        features = {**reading.features, "undated": True} if undated else reading.features
+                        extra.append(_replace(reading, subject=subject, features=features))
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
             if starts and clause.modal == "will" and head is root:
                 clause.modal = None
-            for reading in [*_read_clause(clause, sentence), *extra]:
+            main = _read_clause(clause, sentence)
+            if main_undated:
+                main = [_replace(r, features={**r.features, "undated": True}) for r in main]
+            for reading in [*main, *extra]:
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
                 if hedged and not reading.hedged:
@@ -704,6 +721,19 @@ def _role(token: Any | None) -> tuple[str, str] | None:
     return None
 
 
+def _member_role(token: Any) -> tuple[str, str] | None:
+    """"(a member | part) of the search team" said of a person: the membership the group's
+    kind makes (works on a team, member of a guild, works for a company)."""
+    group = next((o for p in token.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
+                  if o.dep_ == "pobj" and not _is_time(o)), None)
+    return (_membership(group), _np_text(group)) if group is not None else None
+
+
+def _is_group(token: Any) -> bool:
+    """A team, group or organisation: something that holds a role as a person does."""
+    return _is_org(token) or token.lemma_.lower() in _LED_HEADS | _GROUP_HEADS | {"office"}
+
+
 def _held_as(obj: Any) -> str:
     return "other:leads" if obj.lemma_.lower() in _LED_HEADS or obj.lower_ in _LED_HEADS else "other:owns"
 
@@ -844,8 +874,10 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if base == "be":
         role = _role(c.attr)
         if role is not None:
+            if role[0] in ("part_of", "member_of") and c.subjects and _is_person_named(c.subjects[0]):
+                role = _member_role(c.attr) or role
             return _rel(subjects, role[0], role[1], change, text)
-        holder = c.attr if c.attr is not None and _is_personish(c.attr) else None
+        holder = c.attr if c.attr is not None and (_is_personish(c.attr) or _is_group(c.attr)) else None
         if holder is not None and c.subjects:
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
             role = _role(c.subjects[0])
@@ -853,9 +885,14 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
                 return _rel([_np_text(h) for h in _conjuncts(holder)], role[0], role[1], change, text)
             head = c.subjects[0]
             owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
-            if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
-                return _rel([_np_text(owner).removesuffix("'s").removesuffix("’s")], "reports_to",
-                            _np_text(holder), change, text)
+            if owner is not None:
+                owned = _np_text(owner).removesuffix("'s").removesuffix("’s")
+                if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and (
+                        _is_person(owner) or _is_person_named(owner) and owner.ent_type_ != "ORG"):
+                    return _rel([owned], "reports_to", _np_text(holder), change, text)  # "Mark's manager is Hana"
+                predicate = _ROLE_NOUNS.get(head.lemma_.lower())
+                if predicate is not None:  # "Tundra's owner is the streaming team", "Nimbus's lead is Carla"
+                    return _rel([_np_text(h) for h in _conjuncts(holder)], predicate, owned, change, text)
         if c.acomp is not None and c.acomp.lemma_.lower() in ("responsible", "accountable"):
             target = _non_time([o for p in c.acomp.children if p.dep_ == "prep" and p.lower_ == "for"
                                 for o in p.children if o.dep_ == "pobj"])
@@ -909,7 +946,7 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
 
 def _value_of(token: Any) -> str:
     if token.ent_type_ in ("DATE", "TIME"):
-        return _date_text(token)
+        return re.sub(r"^the\s+", "", _date_text(token), flags=re.IGNORECASE)  # "(in) the second half of 2026"
     if not _is_valueish(token):
         return _np_text(token)
     skip: set[int] = set()
@@ -937,6 +974,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
+    status = _status_change(c)
+    if status is not None:
+        # "was cancelled", "went live": an event that changes the status; "is paused": a state
+        event = c.head.tag_ == "VBD" or any(a.dep_ in ("aux", "auxpass") and a.tag_ == "VBD" for a in c.head.children)
+        return [_attr(name, "status", status, succession if event else change, text, state=True)]
     if base == "rename" or verb == "rename":
         new = to or c.oprd or (c.objects[0] if c.passive and c.objects else None)
         if new is None:
@@ -952,6 +994,12 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
                       previous=_value_of(source) if source is not None else None, schedule=True)]
     if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
                                                          and _is_amount(to)):
+        if to is None and source is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
+                                                     for t in source.subtree):
+            # "raised from 500 to 1,000 events": the parser makes the range one amount under "from"
+            old, _, new = _value_of(source).partition(" to ")
+            if old and new:
+                return [_attr(name, None, new, succession, text, previous=old, state=True)]
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,
@@ -1000,6 +1048,28 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         if value is not None and _is_valueish(value):
             return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(value), change, text,
                           state=True)]
+    return None
+
+
+# verbs whose passive participle is a status the thing enters ("was cancelled", "is paused")
+_STATUS_VERBS = frozenset("""cancel pause complete finish archive deprecate freeze close launch ship block
+suspend""".split())
+
+
+def _status_change(c: _Clause) -> str | None:
+    """The status a clause puts its subject in: "went live", "was put on hold", "was
+    cancelled", "is on hold" (a status that starts at the clause's time)."""
+    if not c.subjects or _is_person(c.subjects[0]) or c.negated:
+        return None
+    base = c.head.lemma_.lower()
+    state = c.acomp or next((a for a in c.head.children if a.dep_ == "advmod" and a.i == c.head.i + 1), None)
+    if base == "go" and state is not None and state.lower_ in ("live", "dark", "offline", "online"):
+        return state.lower_
+    hold = _non_time(c.preps.get("on"))
+    if base in ("put", "place", "be") and hold is not None and hold.lower_ == "hold" and not c.objects:
+        return "on hold"
+    if c.passive and base in _STATUS_VERBS and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:
+        return c.head.lower_
     return None
 
 

@@ -83,6 +83,12 @@ _P_QUARTER_WORDS = re.compile(
     r"(?<![\w])(?:the\s+)?(?P<ord>first|second|third|fourth)\s+quarter(?:\s+of\s+(?P<y>\d{4})(?!\d))?(?![\w])",
     re.IGNORECASE,
 )
+# "H1 2027", "the second half of 2026": six months, at quarter precision (their bounds are quarters')
+_P_HALF = re.compile(r"(?<![\w])(?:(?-i:H)(?P<h>[12])(?:\s+(?P<y>\d{4})(?!\d))?|(?:the\s+)?(?P<ord>first|second)\s+half"
+                     r"\s+of\s+(?:(?P<y2>\d{4})(?!\d)|the\s+year|this\s+year))(?![\w-])", re.IGNORECASE)
+# ISO week numbers: "2026-W22", "W22", "week 47" (the Monday-Sunday week of that number)
+_P_WEEK_NUMBER = re.compile(r"(?<![\w-])(?:(?P<y>\d{4})-?W(?P<w>\d{1,2})|W(?P<w2>\d{1,2})|[Ww]eek\s+(?P<w3>\d{1,2})"
+                            r"(?:,?\s+(?P<y3>\d{4}))?)(?![\w-])")
 _P_YEAR = re.compile(r"(?<![\w.,-])(?P<y>(?:19|20)\d{2})(?![\w-])")
 # "early 2026", "by the end of 2025": somewhere in that year (said no finer)
 _P_YEAR_PART = re.compile(r"(?<![\w])(?:early|mid|late|the end of|end of|the beginning of|beginning of|the start of"
@@ -277,6 +283,33 @@ def _handle_quarter_words(text: str, match: re.Match[str], anchor: date | None) 
     return _quarter_core(match, _ORDINAL_QUARTERS[match.group("ord").lower()], match.group("y"), anchor)
 
 
+def _handle_half(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    half = int(match.group("h")) if match.group("h") else 1 if match.group("ord").lower() == "first" else 2
+    year_text = match.group("y") or match.group("y2")
+    if year_text is None and anchor is None:
+        return _Core(match.start(), match.end(), None, None, "quarter", True, False, None, None)
+    year = int(year_text) if year_text else anchor.year  # type: ignore[union-attr]
+    first = date(year, 6 * half - 5, 1)
+    return _Core(match.start(), match.end(), first, _month_last(year, 6 * half), "quarter", year_text is None, False,
+                 f"H{half} {year}", None)
+
+
+def _handle_week_number(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    week = int(match.group("w") or match.group("w2") or match.group("w3"))
+    year_text = match.group("y") or match.group("y3")
+    if not 1 <= week <= 53:
+        return None
+    if year_text is None and anchor is None:
+        return _Core(match.start(), match.end(), None, None, "week", True, False, None, None)
+    year = int(year_text) if year_text else anchor.year  # type: ignore[union-attr]
+    try:
+        monday = date.fromisocalendar(year, week, 1)
+    except ValueError:
+        return None
+    return _Core(match.start(), match.end(), monday, monday + timedelta(days=6), "week", year_text is None, False,
+                 f"the week of {render_day(monday)}", None)
+
+
 def _handle_year(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     preposition, _ = _preposition_before(text, match.start())
     if preposition not in _YEAR_PREPOSITIONS:
@@ -380,6 +413,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_MY, _handle_month),
     (_P_QUARTER, _handle_quarter),
     (_P_QUARTER_WORDS, _handle_quarter_words),
+    (_P_HALF, _handle_half),
+    (_P_WEEK_NUMBER, _handle_week_number),
     (_P_YEAR, _handle_year),
     (_P_YEAR_PART, _handle_year_part),
     (_P_DEICTIC, _handle_deictic),
