@@ -284,14 +284,15 @@ according
 
 _META_BOILERPLATE_KEYS = frozenset("""
 participants attendees present date time location duration tags author authors facilitator chair cc to from subject
-title url link source venue where when recorded timezone scribe notetaker members
+title url link source venue where when recorded timezone scribe notetaker
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
 # a field whose key names a role: "Owner: Sam Ortiz" (the value holds that role of the section's thing)
 _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "lead", "tech lead": "lead",
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
-                "maintained by": "maintainer", "run by": "lead", "steward": "owner"}
+                "maintained by": "maintainer", "run by": "lead", "steward": "owner",
+                "members": "member", "member": "member"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # section headings that name no thing a field could be about
@@ -1025,7 +1026,10 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     if found is None:
         return None
     words = found[0].lower().replace("-", " ").split()
-    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", found[0])
+    # "## Team" names nothing, "## Quokka team" names a team
+    generic = [w for w in words if w in _GENERIC_HEADINGS]
+    if (not words or len(words) > 6 or len(generic) == len(words) or any(w not in ("team", "teams") for w in generic)
+            or re.search(r"[\d,;?!]", found[0])
             or timeparse.find_time_expressions(found[0], None)):
         return None
     return found

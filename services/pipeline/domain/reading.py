@@ -729,6 +729,23 @@ def _member_role(token: Any) -> tuple[str, str] | None:
     return (_membership(group), _np_text(group)) if group is not None else None
 
 
+def _listed(token: Any) -> list[str]:
+    """The names a list of holders gives ("Tom and Ana", "Ama, Kojo, Efua"), one each, however
+    the parser hung the list's names on one another."""
+    words = list(token.subtree)
+    if any(w.text == "," for w in words):
+        text = token.doc[words[0].i:words[-1].i + 1].text
+        return [name for part in re.split(r",|\band\b|&", text) if (name := _clean_np(part))]
+    return [_np_text(h) for h in [*_conjuncts(token), *[a for a in token.children if a.dep_ == "appos"]]]
+
+
+def _clean_np(text: str) -> str:
+    words = text.split()
+    while words and words[0].lower() in _DETERMINERS:
+        words = words[1:]
+    return " ".join(words).strip(" .;:")
+
+
 def _is_group(token: Any) -> bool:
     """A team, group or organisation: something that holds a role as a person does."""
     return _is_org(token) or token.lemma_.lower() in _LED_HEADS | _GROUP_HEADS | {"office"}
@@ -855,6 +872,12 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if base in ("employ", "contract", "hire", "retain"):
             place = c.agent if c.agent is not None else _non_time(c.preps.get("at"))
             return _rel(subjects, "works_for", _np_text(place) if place is not None else None, change, text)
+        stranded = next((p.lower_ for p in c.head.children if p.dep_ in ("prep", "prt")
+                         and not any(o.dep_ in ("pobj", "pcomp") for o in p.children)), None)
+        phrasal = _PREP_VERB_PREDICATES.get((base, stranded or ""))
+        if c.agent is not None and phrasal is not None:  # "is looked after by Wanjiru", "is relied on by …"
+            return _rel([_np_text(t) for t in _conjuncts(c.agent)], phrasal,
+                        _np_text(c.subjects[0]) if c.subjects else None, change, text)
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
@@ -882,7 +905,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
             role = _role(c.subjects[0])
             if role is not None:  # "The owners of the wiki are Tom and Ana": one relation each
-                return _rel([_np_text(h) for h in _conjuncts(holder)], role[0], role[1], change, text)
+                if role[0] in ("part_of", "member_of") and _is_personish(holder):
+                    role = _member_role(c.subjects[0]) or role  # "the members of the Quokka team are …"
+                return _rel(_listed(holder), role[0], role[1], change, text)
             head = c.subjects[0]
             owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
             if owner is not None:
@@ -994,12 +1019,16 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
                       previous=_value_of(source) if source is not None else None, schedule=True)]
     if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
                                                          and _is_amount(to)):
-        if to is None and source is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
-                                                     for t in source.subtree):
-            # "raised from 500 to 1,000 events": the parser makes the range one amount under "from"
-            old, _, new = _value_of(source).partition(" to ")
+        ranged = source if source is not None else next(
+            (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)
+        if to is None and ranged is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
+                                                     for t in ranged.subtree):
+            # "raised from 500 to 1,000 events", "cut by half to 0.05 percent": the parser makes
+            # the range one amount (under "from", or on the verb)
+            old, _, new = _value_of(ranged).partition(" to ")
             if old and new:
-                return [_attr(name, None, new, succession, text, previous=old, state=True)]
+                return [_attr(name, None, new, succession, text, previous=old if ranged is source else None,
+                              state=True)]
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,

@@ -16,7 +16,8 @@ Rules (documented, never guessed):
   <weekday>" is that weekday in the anchor's Monday-Sunday week / the week after;
 - weeks are Monday-Sunday windows of day precision;
 - a bare weekday ("on Friday"), "a few weeks ago", or any relative phrase without an
-  anchor stays unresolved: precision ``unknown``, text unchanged; nothing is invented;
+  anchor stays unresolved (but "since Tuesday" can only look back: the latest Tuesday
+  before the anchor): precision ``unknown``, text unchanged; nothing is invented;
 - "before X" / "after X" record no window (their bound would be a derived date).
 
 Pure standard library; no locale data, no network.
@@ -402,6 +403,10 @@ def _handle_ago(text: str, match: re.Match[str], anchor: date | None) -> _Core |
 def _handle_unresolvable(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     if match.re is _P_WEEKDAY and text[match.end():match.end() + 1] == "s":
         return None
+    if match.re is _P_WEEKDAY and anchor is not None and _preposition_before(text, match.start())[0] == "since":
+        # "since Tuesday" can only look back: the latest Tuesday before the anchor
+        day = anchor - timedelta(days=(anchor.weekday() - _WEEKDAYS[match.group("wd").lower()]) % 7 or 7)
+        return _Core(match.start(), match.end(), day, day, "day", True, True, render_day(day), None)
     return _Core(match.start(), match.end(), None, None, "day", True, True, None, None)
 
 
