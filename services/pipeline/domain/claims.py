@@ -1081,6 +1081,13 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     return None
 
 
+def _names_a_role(statement: str) -> bool:
+    """"Please welcome Ines, our new head of procurement": advice that names who holds a role."""
+    from services.pipeline.domain import reading
+
+    return any(r.kind == "relation" for r in reading.read(statement))
+
+
 def _names_a_thing(heading: str) -> bool:
     """"Project Orca", "Lumos team": a heading with a proper name, whose "Budget: 40,000 EUR"
     is that thing's budget ("Numbers", "Key figures" name no thing)."""
@@ -1093,8 +1100,9 @@ def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
     words = _tokens(statement)
     if len(words) < 2 or not any(w.isalpha() and w.islower() for w in words) or _AGREEMENT_ONLY_RE.match(statement):
         return "ambiguous"
-    if _ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
-                                        and not (len(words) > 1 and _is_verbish(words[1]))):
+    if (_ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
+                                         and not (len(words) > 1 and _is_verbish(words[1])))) \
+            and not (ctx.parsed and _names_a_role(statement)):
         return "advice"
     if _HYPOTHETICAL_RE.search(statement):
         return "hypothetical"

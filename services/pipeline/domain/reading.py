@@ -520,15 +520,20 @@ def read(text: str) -> list[Reading]:
                 if role is not None and role[0] in ("part_of", "member_of"):
                     role = _member_role(token) or role
                 if role is not None:
+                    new = any(a.dep_ == "amod" and a.lower_ == "new" for a in token.children)
                     extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
-                                         object=role[1], label=sentence.text.strip()))
+                                         object=role[1], change="succession" if new else "none",
+                                         label=sentence.text.strip()))
             # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
             if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
                 a, b = token.left_edge.idx - sentence.start_char, token.right_edge.idx + len(token.right_edge) \
                     - sentence.start_char
                 undated = bool(dates) and not any(a <= s < b for s, _ in dates)
-                for reading in _read_clause(_clause(token, [token.head]), sentence):
+                relative_clause = _clause(token, [token.head])
+                if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
+                    relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
+                for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
                         subject = _np_text(token.head)
                         features = {**reading.features, "undated": True} if undated else reading.features
@@ -536,8 +541,8 @@ def read(text: str) -> list[Reading]:
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
-            if starts and clause.modal == "will" and head is root:
-                clause.modal = None
+            if clause.modal == "will" and (starts and head is root or _starts_on(clause)):
+                clause.modal = None  # "Yara will lead the group from 1 May": a state with a stated start
             main = _read_clause(clause, sentence)
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
@@ -549,6 +554,12 @@ def read(text: str) -> list[Reading]:
                 out.append(reading)
             extra = []
     return out
+
+
+def _starts_on(c: _Clause) -> bool:
+    """The clause states when its state starts: "from 1 May 2026", "starting next Monday"."""
+    return any(_is_time(o) and any(ch.like_num for ch in o.subtree)
+               for key in ("from", "starting", "as of", "effective") for o in c.preps.get(key) or ())
 
 
 def _garden_path_copula(sentence: Any) -> Reading | None:
@@ -1044,8 +1055,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return [_attr(name, None, _value_of(when), change, text, schedule=True)]
     if base == "be":
         value = c.attr or c.acomp
-        if value is not None and value.lemma_.lower() in _STATUS_WORDS:
-            return [_attr(name, "status", value.lower_, change, text, state=True)]
+        if value is not None and (value.lemma_.lower() in _STATUS_WORDS or value.lower_ in _STATUS_WORDS):
+            # "is active again", "is now live": the status changed
+            again = any(a.dep_ == "advmod" and a.lower_ in ("again", "now") for a in [*c.head.children,
+                                                                                       *value.children])
+            return [_attr(name, "status", value.lower_, succession if again else change, text, state=True)]
         if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
                 and thing.pos_ != "PROPN" and not _is_valueish(value)):
             return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
@@ -1088,7 +1102,8 @@ suspend""".split())
 def _status_change(c: _Clause) -> str | None:
     """The status a clause puts its subject in: "went live", "was put on hold", "was
     cancelled", "is on hold" (a status that starts at the clause's time)."""
-    if not c.subjects or _is_person(c.subjects[0]) or c.negated:
+    subject = c.subjects[0] if c.subjects else None
+    if subject is None or c.negated or subject.lower_ in _PRONOUNS or _is_person(subject) and _is_person_named(subject):
         return None
     base = c.head.lemma_.lower()
     state = c.acomp or next((a for a in c.head.children if a.dep_ == "advmod" and a.i == c.head.i + 1), None)
