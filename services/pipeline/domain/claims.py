@@ -445,14 +445,15 @@ _LEADING_NP_RE = re.compile(
 _DEFINITE_NP_RE = re.compile(
     r"(?<![\w])[Tt]he\s+((?:[a-z][a-z-]*\s+){0,2}[a-z][a-z-]*)"
     r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
-    r"|to|from|with|by|of|and|or|but|because|that|which)\b)"
+    r"|to|from|with|by|of|and|or|but|because|that|which|since|until|after|before|during|as|into|over)\b)"
 )
 # The parse-backed provider's antecedents also take capitalised modifiers ("the Atlas service")
 # and a verb-like next word ("the notification service sends …").
 _DEFINITE_NAMED_NP_RE = re.compile(
     r"(?<![\w])[Tt]he\s+((?:[A-Za-z][\w-]*\s+){0,2}[a-z][a-z-]*)"
     r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
-    r"|to|from|with|by|of|and|or|but|because|that|which)\b|\s+[a-z]+(?:s|ed)\b)"
+    r"|to|from|with|by|of|and|or|but|because|that|which|since|until|after|before|during|as|into|over)\b"
+    r"|\s+[a-z]+(?:s|ed)\b)"
 )
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
@@ -1537,7 +1538,10 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {names}",
                                (ctx.model.participants_span,) if ctx.model.participants_span else ()))
         elif base in ("he", "him", "his", "himself", "she", "her", "hers", "herself"):
-            person = _unique_person_before(ctx, sentence, start)
+            objective = base == "him" or (base == "her" and (next_word is None or not next_word.islower()
+                                                             or next_word in _FUNCTION_WORDS))
+            # "Wiebke handed it over to him": an object pronoun is not its own clause's subject
+            person = _unique_person_before(ctx, sentence, start, clause_start=part.start if objective else None)
             if person is None:
                 return word
             name, span = person
@@ -1653,8 +1657,8 @@ def _conjugation_edit(document: str, after: int, limit: int) -> list[_Edit]:
     return []
 
 
-def _unique_person_before(ctx: _Context, sentence: _Sentence,
-                          position: int) -> tuple[str, tuple[int, int]] | None:
+def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
+                          clause_start: int | None = None) -> tuple[str, tuple[int, int]] | None:
     """The one person named in the passage before ``position``; None when there is none or more than one.
 
     In a conversation the other speakers and participants also count as candidates (a "she" may be one
@@ -1664,6 +1668,8 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     # "I report to Hamid Rahimi, he runs the platform group": a later clause's pronoun takes the
     # one person its own sentence named before it
     own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
+    if len(own) > 1 and clause_start is not None and clause_start > sentence.start:
+        own = {k: m for k, m in own.items() if m[0] < clause_start}  # an object pronoun's clause subject is not it
     if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
         own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
     if len(own) == 1 and position > sentence.start:
