@@ -28,7 +28,7 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
 __all__ = [
@@ -100,6 +100,9 @@ _P_DEICTIC = re.compile(
 )
 _P_REL_UNIT = re.compile(r"(?<![\w])(?P<rel>last|next|this|previous)\s+(?P<u>week|month|year|quarter)(?![\w])",
                          re.IGNORECASE)
+# "by the end of the month", "at the start of the quarter": the anchor's month, quarter, ...
+_P_PART_OF_PERIOD = re.compile(r"(?<![\w])(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?P<rel>the)\s+"
+                               r"(?P<u>week|month|quarter|year)(?![\w])", re.IGNORECASE)
 _P_REL_WEEKDAY = re.compile(rf"(?<![\w])(?P<rel>last|next|this)\s+(?P<wd>{_WEEKDAY})(?![\w])", re.IGNORECASE)
 _P_AGO = re.compile(
     r"(?<![\w])(?P<n>\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<u>days?|months?|years?)"
@@ -338,7 +341,7 @@ def _handle_deictic(text: str, match: re.Match[str], anchor: date | None) -> _Co
 def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     rel = match.group("rel").lower()
     unit = match.group("u").lower()
-    step = {"last": -1, "previous": -1, "this": 0, "next": 1}[rel]
+    step = {"last": -1, "previous": -1, "this": 0, "the": 0, "next": 1}[rel]
     precision = "week" if unit == "week" else unit
     if anchor is None:
         return _Core(match.start(), match.end(), None, None, precision, True, True, None, None)
@@ -366,6 +369,14 @@ def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) 
     quarter_index = anchor.year * 4 + (anchor.month - 1) // 3 + step
     year, quarter = quarter_index // 4, quarter_index % 4 + 1
     return _quarter_core(match, quarter, str(year), anchor, relative=True, deictic=True)
+
+
+def _handle_part_of_period(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    core = _handle_relative_unit(text, match, anchor)
+    if core is None or core.rendered is None:
+        return core
+    prefix = match.group()[:match.start("rel") - match.start()]  # "the end of " March 2026
+    return replace(core, rendered=prefix + core.rendered)
 
 
 def _handle_relative_weekday(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
@@ -424,6 +435,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_YEAR_PART, _handle_year_part),
     (_P_DEICTIC, _handle_deictic),
     (_P_REL_UNIT, _handle_relative_unit),
+    (_P_PART_OF_PERIOD, _handle_part_of_period),
     (_P_REL_WEEKDAY, _handle_relative_weekday),
     (_P_AGO, _handle_ago),
     (_P_VAGUE, _handle_unresolvable),
