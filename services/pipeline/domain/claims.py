@@ -508,8 +508,10 @@ class _Model:
     first_heading: tuple[str, tuple[int, int]] | None
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
-    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
+    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks, table header rows: read by no rule
     headings: tuple[tuple[int, str, tuple[int, int]], ...] = ()  # (position, text, span) of every heading
+    # a table's data cell: its start -> (its column's header, the row's first cell, that cell's span)
+    table_cells: dict[int, tuple[str, str, tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -548,6 +550,9 @@ def _parse_document(document: str) -> _Model:
     current: _UnitBuilder | None = None
     not_prose: list[tuple[int, int, str]] = []
     headings: list[tuple[int, str, tuple[int, int]]] = []
+    table_cells: dict[int, tuple[str, str, tuple[int, int]]] = {}
+    header: list[str] = []
+    previous_kind_was_row = False
 
     def close() -> None:
         nonlocal current
@@ -559,6 +564,21 @@ def _parse_document(document: str) -> _Model:
     # headings, list items, turn headers and turn times mean the same to chunks and claims.
     for block in structure.parse_blocks(document):
         close()
+        kind = block.kind
+        if kind == "table_row" and previous_kind_was_row and header:
+            # a data row under a header: each cell after the first is a field of the row's first
+            # cell ("| Ledger API | Payments core team |" under "| Service | Owner |")
+            cells = _table_cells(block)
+            if len(cells) == len(header) and cells[0][2]:
+                for (start, end, _), column in zip(cells[1:], header[1:], strict=True):
+                    if end > start and column:
+                        table_cells[start] = (column, cells[0][2], (cells[0][0], cells[0][1]))
+                        units.append(_Unit(start, end, "table_cell"))
+                previous_kind_was_row = True
+                continue
+        if kind == "table_row":
+            header = [cell[2] for cell in _table_cells(block)] if not previous_kind_was_row else header
+        previous_kind_was_row = kind == "table_row"
         if block.kind in ("code", "table_row"):
             not_prose.append((block.char_start, block.char_end, block.kind))
             continue
@@ -658,7 +678,18 @@ def _parse_document(document: str) -> _Model:
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
                   first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
-                  tuple(headings))
+                  tuple(headings), table_cells)
+
+
+def _table_cells(block: structure.Block) -> list[tuple[int, int, str]]:
+    """A table row's cells: (start, end, text), offsets in the document, without the pipes."""
+    cells = []
+    for match in re.finditer(r"[^|]+", block.text.strip().strip("|")):
+        offset = block.char_start + block.text.index(block.text.strip().strip("|")) + match.start()
+        text = match.group()
+        lead = len(text) - len(text.lstrip())
+        cells.append((offset + lead, offset + len(text.rstrip()), _clean_markdown(text.strip())))
+    return cells
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -988,6 +1019,12 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     if _LEADING_CONDITIONAL_RE.search(text):
         return drop("hypothetical")
 
+    if sentence.unit.kind == "table_cell":
+        part = _table_part(ctx, sentence) if ctx.parsed else None
+        if part is None:
+            return drop("not_prose", "table_row")
+        _claimify(ctx, sentence, part, None, _normalise_space(f"{part.subject} {document[part.start:part.end]}"))
+        return None
     field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
     attribution = None if field is not None else _detect_attribution(ctx, start, end)
     parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
@@ -1079,6 +1116,24 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         role = _FIELD_ROLES.get((section[0].lower().split()[-1:] or [""])[0])
         if role is not None:
             return _Part(value_start, value_end, f"The {role} of {key} is", section[1])
+    return None
+
+
+def _table_part(ctx: _Context, sentence: _Sentence) -> _Part | None:
+    """A table's data cell read as the field it is: the column's header names a role ("Owner"),
+    a place ("Region") or the status of the row's first cell, or a value with a number."""
+    column, key, key_span = ctx.model.table_cells[sentence.start]
+    value = ctx.model.text[sentence.start:sentence.end]
+    lowered = column.lower()
+    role = _FIELD_ROLES.get(lowered)
+    if role is not None:
+        return _Part(sentence.start, sentence.end, f"The {role} of {key} is", key_span)
+    if lowered in _PLACE_KEYS:
+        return _Part(sentence.start, sentence.end, f"{key} is located in", key_span)
+    if lowered == "status":
+        return _Part(sentence.start, sentence.end, f"{key} is", key_span)
+    if re.search(r"\d", value) and not re.search(r"\d", key) and len(column.split()) <= 3:
+        return _Part(sentence.start, sentence.end, f"The {key} {lowered} is", key_span)
     return None
 
 
@@ -1191,7 +1246,7 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
             if len(_tokens(right)) < 2:
                 continue
         elif bare_comma:
-            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3:
+            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3 or _only_time(left):
                 continue
         elif _independent_clause(ctx, right):
             pass
@@ -1204,6 +1259,12 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
         cursor = match.end()
     parts.append(_make_part(document, start + cursor, end, pending_subject))
     return [p for p in parts if p.end > p.start]
+
+
+def _only_time(text: str) -> bool:
+    """"Starting next Monday", "From 1 June 2026": a leading time adjunct, no clause of its own."""
+    return any(not text[:e.start].strip() and not text[e.end:].strip(" ,")
+               for e in timeparse.find_time_expressions(text, None))
 
 
 def _make_part(document: str, start: int, end: int, subject: tuple[str, tuple[int, int]] | None) -> _Part:

@@ -1094,11 +1094,6 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     return None
 
 
-# verbs whose passive participle is a status the thing enters ("was cancelled", "is paused")
-_STATUS_VERBS = frozenset("""cancel pause complete finish archive deprecate freeze close launch ship block
-suspend""".split())
-
-
 def _status_change(c: _Clause) -> str | None:
     """The status a clause puts its subject in: "went live", "was put on hold", "was
     cancelled", "is on hold" (a status that starts at the clause's time)."""
@@ -1112,7 +1107,7 @@ def _status_change(c: _Clause) -> str | None:
     hold = _non_time(c.preps.get("on"))
     if base in ("put", "place", "be") and hold is not None and hold.lower_ == "hold" and not c.objects:
         return "on hold"
-    if c.passive and base in _STATUS_VERBS and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:
+    if c.passive and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:  # "is done"
         return c.head.lower_
     return None
 

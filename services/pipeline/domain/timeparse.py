@@ -95,7 +95,8 @@ _P_YEAR = re.compile(r"(?<![\w.,-])(?P<y>(?:19|20)\d{2})(?![\w-])")
 _P_YEAR_PART = re.compile(r"(?<![\w])(?:early|mid|late|the end of|end of|the beginning of|beginning of|the start of"
                           r"|start of)[\s-]+(?P<y>(?:19|20)\d{2})(?![\w-])", re.IGNORECASE)
 _P_DEICTIC = re.compile(
-    r"(?<![\w])(?P<w>yesterday|today|tomorrow|tonight|last night|this morning|this afternoon|this evening)(?![\w])",
+    r"(?<![\w])(?P<w>yesterday|today|tomorrow|tonight|last night|this morning|this afternoon|this evening"
+    r"|(?<=effective )immediately|with immediate effect)(?![\w])",
     re.IGNORECASE,
 )
 _P_REL_UNIT = re.compile(r"(?<![\w])(?P<rel>last|next|this|previous)\s+(?P<u>week|month|year|quarter)(?![\w])",
@@ -476,7 +477,7 @@ def _single(text: str, core: _Core, preposition: str | None, prep_start: int) ->
     valid_until: datetime | None = _midnight(core.last)
     kind = "event_time"
     if preposition in ("since", "from", "as of", "starting", "starting from", "effective", "effective from",
-                       "beginning"):
+                       "beginning") or phrase.lower() == "with immediate effect":
         valid_until, precision, kind = None, "open", "effective_period"
     elif preposition in ("until", "till", "through"):
         valid_from, kind = None, "effective_period"
