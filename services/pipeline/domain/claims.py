@@ -327,12 +327,13 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|imo|tbh|afaik|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
-_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)\s*[.,!:]?"
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|afaik|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
+                             r"\s*[.,!:]?"
                              r"\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
 _BOILERPLATE_RE = re.compile(
@@ -1043,6 +1044,7 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
 
 
 _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>\S.*?)\s*\.?\s*$")
+_DASHED_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s+[—–-]{1,2}\s+(?P<value>\S.*?)\s*\.?\s*$")
 _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
                              r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
@@ -1091,6 +1093,12 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     """
     text = ctx.model.text[start:end]
     match = _FIELD_RE.match(text)
+    dashed = _DASHED_FIELD_RE.match(text)
+    if match is None and dashed is not None and _SUBJECTLESS_RE.match(dashed.group("value")):
+        # "Billing exporter — owned by Tereza Novak": a dash where a colon would be
+        value_start = start + dashed.start("value")
+        return _subjectless(dashed.group("key").strip(), (start, start + dashed.end("key")), value_start,
+                            start + dashed.end("value"), dashed.group("value").split()[0])
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):
@@ -1158,7 +1166,7 @@ def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
         return "ambiguous"
     if (_ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
                                          and not (len(words) > 1 and _is_verbish(words[1])))) \
-            and not (ctx.parsed and _names_a_role(statement)):
+            and not (ctx.parsed and "," in statement and _names_a_role(statement)):
         return "advice"
     if _HYPOTHETICAL_RE.search(statement):
         return "hypothetical"
