@@ -327,12 +327,12 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|fwiw|imo|tbh|afaik|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
-_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|afaik|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
                              r"\s*[.,!:]?"
                              r"\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
