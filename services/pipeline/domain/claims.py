@@ -1325,6 +1325,23 @@ def _shared_subject_start(right: str) -> bool:
     return bool(words) and words[0].islower() and _is_strong_verb(words[0])
 
 
+def _dated_section(ctx: _Context, sentence: _Sentence, statement: str) -> date | None:
+    """The day of the section a change is listed under, when the section (not the document)
+    is dated: a changelog's "## 4.2.0 (2026-06-15)", a journal's "### 3 March 2026". Only a
+    statement of a change takes it ("raised from 30 to 45 seconds", "now depends on X")."""
+    from services.pipeline.domain import reading
+
+    section = _last_heading(ctx, sentence.start)
+    first = ctx.model.first_heading
+    if section is None or first is None or section[1] == first[1]:
+        return None
+    day = timeparse.find_anchor_date(section[0])
+    if day is None or not (re.search(r"\bnow\b", statement, re.IGNORECASE) or any(
+            r.change == "succession" or r.kind == "attribute" and r.previous for r in reading.read(statement))):
+        return None
+    return day
+
+
 def _anchor_for(ctx: _Context, sentence: _Sentence) -> tuple[date | None, tuple[int, int] | None]:
     unit = sentence.unit
     if unit.turn_anchor is not None:
@@ -1403,6 +1420,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             flags.append(("unresolved_date", expression.text))
     valid_from = valid_until = None
     precision, kind = "unknown", None
+    if chosen is None and not expressions and ctx.parsed:
+        dated = _dated_section(ctx, sentence, statement)
+        if dated is not None:  # "## 4.2.0 (2026-06-15)" / "- The timeout was raised to 45 seconds."
+            valid_from = valid_until = datetime(dated.year, dated.month, dated.day, tzinfo=UTC)
+            precision, kind = "day", "event_time"
     if chosen is not None:
         valid_from, valid_until, precision, kind = chosen.valid_from, chosen.valid_until, chosen.precision, chosen.kind
         if kind == "event_time" and precision in ("month", "quarter", "year"):

@@ -645,6 +645,8 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     change = "negation" if c.negated else "none"
     if c.no_longer:
         change = "end"
+    elif change == "none" and any(a.dep_ == "advmod" and a.lower_ == "now" for a in c.head.children):
+        change = "succession"  # "the gateway now uses Envoy": a state that starts (when the claim is dated)
 
     readings = _transition(c, verb, change, text)
     if readings is None:
