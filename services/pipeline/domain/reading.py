@@ -506,9 +506,10 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
-        dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)]
+        clauses = [c for c in sentence if c.dep_ == "relcl"]
+        dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)] if clauses else []
         relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
-                    for c in sentence if c.dep_ == "relcl" and c.left_edge.lower_ in _RELATIVE_WORDS]
+                    for c in clauses if c.left_edge.lower_ in _RELATIVE_WORDS]
         # "Kim, who joined in 2023, now leads X": a date only a relative clause has is that
         # clause's time, not the main clause's (and a date only the main clause has is not the
         # relative clause's)
