@@ -635,14 +635,16 @@ def _parse_document(document: str) -> _Model:
                         if day is not None:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
-                if lowered in _LABEL_KEYS:
-                    close()
-                    current = _UnitBuilder(value_start, content_end, "paragraph")
-                    continue
-                if lowered in _FIELD_ROLES:  # "Owner: Sam Ortiz" is a field, not Owner speaking
+                short = len(document[value_start:content_end].split()) <= 3
+                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short:
+                    # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
                     current = _UnitBuilder(line_start + indent, content_end, "list")
                     close()
+                    continue
+                if lowered in _LABEL_KEYS:
+                    close()
+                    current = _UnitBuilder(value_start, content_end, "paragraph")
                     continue
                 if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
                     close()
