@@ -284,14 +284,15 @@ according
 
 _META_BOILERPLATE_KEYS = frozenset("""
 participants attendees present date time location duration tags author authors facilitator chair cc to from subject
-title url link source venue where when recorded timezone scribe notetaker members
+title url link source venue where when recorded timezone scribe notetaker
 """.split()) | {"time zone", "note taker"}
 _PARTICIPANT_KEYS = frozenset({"participants", "attendees", "present"})
 # a field whose key names a role: "Owner: Sam Ortiz" (the value holds that role of the section's thing)
 _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "lead", "tech lead": "lead",
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
-                "maintained by": "maintainer", "run by": "lead", "steward": "owner"}
+                "maintained by": "maintainer", "run by": "lead", "steward": "owner",
+                "members": "member", "member": "member"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # section headings that name no thing a field could be about
@@ -326,12 +327,13 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
-_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)\s*[.,!:]?"
+_CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
+                             r"\s*[.,!:]?"
                              r"\s+(?=\S)", re.IGNORECASE)
 _QUESTION_END_RE = re.compile(r"\?[\"'’”)*_\]]*\s*$")
 _BOILERPLATE_RE = re.compile(
@@ -444,14 +446,15 @@ _LEADING_NP_RE = re.compile(
 _DEFINITE_NP_RE = re.compile(
     r"(?<![\w])[Tt]he\s+((?:[a-z][a-z-]*\s+){0,2}[a-z][a-z-]*)"
     r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
-    r"|to|from|with|by|of|and|or|but|because|that|which)\b)"
+    r"|to|from|with|by|of|and|or|but|because|that|which|since|until|after|before|during|as|into|over)\b)"
 )
 # The parse-backed provider's antecedents also take capitalised modifiers ("the Atlas service")
 # and a verb-like next word ("the notification service sends …").
 _DEFINITE_NAMED_NP_RE = re.compile(
     r"(?<![\w])[Tt]he\s+((?:[A-Za-z][\w-]*\s+){0,2}[a-z][a-z-]*)"
     r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:is|was|are|were|has|had|have|needs|need|will|would|can|could|should|in|on|at|for"
-    r"|to|from|with|by|of|and|or|but|because|that|which)\b|\s+[a-z]+(?:s|ed)\b)"
+    r"|to|from|with|by|of|and|or|but|because|that|which|since|until|after|before|during|as|into|over)\b"
+    r"|\s+[a-z]+(?:s|ed)\b)"
 )
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
@@ -506,8 +509,10 @@ class _Model:
     first_heading: tuple[str, tuple[int, int]] | None
     known_names: frozenset[str]
     noninitial_caps: frozenset[str]
-    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks and table rows: read by no rule
+    not_prose: tuple[tuple[int, int, str], ...] = ()  # code blocks, table header rows: read by no rule
     headings: tuple[tuple[int, str, tuple[int, int]], ...] = ()  # (position, text, span) of every heading
+    # a table's data cell: its start -> (its column's header, the row's first cell, that cell's span)
+    table_cells: dict[int, tuple[str, str, tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -546,6 +551,9 @@ def _parse_document(document: str) -> _Model:
     current: _UnitBuilder | None = None
     not_prose: list[tuple[int, int, str]] = []
     headings: list[tuple[int, str, tuple[int, int]]] = []
+    table_cells: dict[int, tuple[str, str, tuple[int, int]]] = {}
+    header: list[str] = []
+    previous_kind_was_row = False
 
     def close() -> None:
         nonlocal current
@@ -557,6 +565,21 @@ def _parse_document(document: str) -> _Model:
     # headings, list items, turn headers and turn times mean the same to chunks and claims.
     for block in structure.parse_blocks(document):
         close()
+        kind = block.kind
+        if kind == "table_row" and previous_kind_was_row and header:
+            # a data row under a header: each cell after the first is a field of the row's first
+            # cell ("| Ledger API | Payments core team |" under "| Service | Owner |")
+            cells = _table_cells(block)
+            if len(cells) == len(header) and cells[0][2]:
+                for (start, end, _), column in zip(cells[1:], header[1:], strict=True):
+                    if end > start and column:
+                        table_cells[start] = (column, cells[0][2], (cells[0][0], cells[0][1]))
+                        units.append(_Unit(start, end, "table_cell"))
+                previous_kind_was_row = True
+                continue
+        if kind == "table_row":
+            header = [cell[2] for cell in _table_cells(block)] if not previous_kind_was_row else header
+        previous_kind_was_row = kind == "table_row"
         if block.kind in ("code", "table_row"):
             not_prose.append((block.char_start, block.char_end, block.kind))
             continue
@@ -612,14 +635,16 @@ def _parse_document(document: str) -> _Model:
                         if day is not None:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
-                if lowered in _LABEL_KEYS:
-                    close()
-                    current = _UnitBuilder(value_start, content_end, "paragraph")
-                    continue
-                if lowered in _FIELD_ROLES:  # "Owner: Sam Ortiz" is a field, not Owner speaking
+                short = len(document[value_start:content_end].split()) <= 3
+                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short:
+                    # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
                     current = _UnitBuilder(line_start + indent, content_end, "list")
                     close()
+                    continue
+                if lowered in _LABEL_KEYS:
+                    close()
+                    current = _UnitBuilder(value_start, content_end, "paragraph")
                     continue
                 if re.fullmatch(_NAME, key) and not any(ch.isdigit() for ch in key):
                     close()
@@ -656,7 +681,18 @@ def _parse_document(document: str) -> _Model:
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
                   first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
-                  tuple(headings))
+                  tuple(headings), table_cells)
+
+
+def _table_cells(block: structure.Block) -> list[tuple[int, int, str]]:
+    """A table row's cells: (start, end, text), offsets in the document, without the pipes."""
+    cells = []
+    for match in re.finditer(r"[^|]+", block.text.strip().strip("|")):
+        offset = block.char_start + block.text.index(block.text.strip().strip("|")) + match.start()
+        text = match.group()
+        lead = len(text) - len(text.lstrip())
+        cells.append((offset + lead, offset + len(text.rstrip()), _clean_markdown(text.strip())))
+    return cells
 
 
 def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -986,6 +1022,12 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     if _LEADING_CONDITIONAL_RE.search(text):
         return drop("hypothetical")
 
+    if sentence.unit.kind == "table_cell":
+        part = _table_part(ctx, sentence) if ctx.parsed else None
+        if part is None:
+            return drop("not_prose", "table_row")
+        _claimify(ctx, sentence, part, None, _normalise_space(f"{part.subject} {document[part.start:part.end]}"))
+        return None
     field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
     attribution = None if field is not None else _detect_attribution(ctx, start, end)
     parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
@@ -1004,6 +1046,7 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
 
 
 _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>\S.*?)\s*\.?\s*$")
+_DASHED_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s+[—–-]{1,2}\s+(?P<value>\S.*?)\s*\.?\s*$")
 _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
                              r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
@@ -1025,7 +1068,10 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     if found is None:
         return None
     words = found[0].lower().replace("-", " ").split()
-    if (not words or len(words) > 6 or any(w in _GENERIC_HEADINGS for w in words) or re.search(r"[\d,;?!]", found[0])
+    # "## Team" names nothing, "## Quokka team" names a team
+    generic = [w for w in words if w in _GENERIC_HEADINGS]
+    if (not words or len(words) > 6 or len(generic) == len(words) or any(w not in ("team", "teams") for w in generic)
+            or re.search(r"[\d,;?!]", found[0])
             or timeparse.find_time_expressions(found[0], None)):
         return None
     return found
@@ -1049,6 +1095,12 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     """
     text = ctx.model.text[start:end]
     match = _FIELD_RE.match(text)
+    dashed = _DASHED_FIELD_RE.match(text)
+    if match is None and dashed is not None and _SUBJECTLESS_RE.match(dashed.group("value")):
+        # "Billing exporter — owned by Tereza Novak": a dash where a colon would be
+        value_start = start + dashed.start("value")
+        return _subjectless(dashed.group("key").strip(), (start, start + dashed.end("key")), value_start,
+                            start + dashed.end("value"), dashed.group("value").split()[0])
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):
@@ -1062,8 +1114,8 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
     if _SUBJECTLESS_RE.match(value):
         return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
-    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key + value) \
-            and len(key.split()) <= 3:
+    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key) \
+            and len(key.split()) <= 3 and (not re.search(r"\d", value) or _names_a_thing(heading[0])):
         lowered_key = key.lower()
         subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
                    if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
@@ -1077,12 +1129,46 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     return None
 
 
+def _table_part(ctx: _Context, sentence: _Sentence) -> _Part | None:
+    """A table's data cell read as the field it is: the column's header names a role ("Owner"),
+    a place ("Region") or the status of the row's first cell, or a value with a number."""
+    column, key, key_span = ctx.model.table_cells[sentence.start]
+    value = ctx.model.text[sentence.start:sentence.end]
+    lowered = column.lower()
+    role = _FIELD_ROLES.get(lowered)
+    if role is not None:
+        return _Part(sentence.start, sentence.end, f"The {role} of {key} is", key_span)
+    if lowered in _PLACE_KEYS:
+        return _Part(sentence.start, sentence.end, f"{key} is located in", key_span)
+    if lowered == "status":
+        return _Part(sentence.start, sentence.end, f"{key} is", key_span)
+    if re.search(r"\d", value) and not re.search(r"\d", key) and len(column.split()) <= 3:
+        return _Part(sentence.start, sentence.end, f"The {key} {lowered} is", key_span)
+    return None
+
+
+def _names_a_role(statement: str) -> bool:
+    """"Please welcome Ines, our new head of procurement": advice that names who holds a role."""
+    from services.pipeline.domain import reading
+
+    return any(r.kind == "relation" for r in reading.read(statement))
+
+
+def _names_a_thing(heading: str) -> bool:
+    """"Project Orca", "Lumos team": a heading with a proper name, whose "Budget: 40,000 EUR"
+    is that thing's budget ("Numbers", "Key figures" name no thing)."""
+    from services.pipeline.domain import nlp
+
+    return any(token.pos_ == "PROPN" for token in nlp.parse(heading))
+
+
 def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:
     words = _tokens(statement)
     if len(words) < 2 or not any(w.isalpha() and w.islower() for w in words) or _AGREEMENT_ONLY_RE.match(statement):
         return "ambiguous"
-    if _ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
-                                        and not (len(words) > 1 and _is_verbish(words[1]))):
+    if (_ADVICE_RE.search(statement) or (words[0].lower() in _IMPERATIVE_STARTS and words[0][0].isupper()
+                                         and not (len(words) > 1 and _is_verbish(words[1])))) \
+            and not (ctx.parsed and "," in statement and _names_a_role(statement)):
         return "advice"
     if _HYPOTHETICAL_RE.search(statement):
         return "hypothetical"
@@ -1170,7 +1256,7 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
             if len(_tokens(right)) < 2:
                 continue
         elif bare_comma:
-            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3:
+            if not _independent_clause(ctx, right) or len(_tokens(left)) < 3 or _only_time(left):
                 continue
         elif _independent_clause(ctx, right):
             pass
@@ -1183,6 +1269,12 @@ def _split_conjunctions(ctx: _Context, sentence: _Sentence, start: int, end: int
         cursor = match.end()
     parts.append(_make_part(document, start + cursor, end, pending_subject))
     return [p for p in parts if p.end > p.start]
+
+
+def _only_time(text: str) -> bool:
+    """"Starting next Monday", "From 1 June 2026": a leading time adjunct, no clause of its own."""
+    return any(not text[:e.start].strip() and not text[e.end:].strip(" ,")
+               for e in timeparse.find_time_expressions(text, None))
 
 
 def _make_part(document: str, start: int, end: int, subject: tuple[str, tuple[int, int]] | None) -> _Part:
@@ -1233,6 +1325,23 @@ def _shared_subject_start(right: str) -> bool:
     while words and words[0].lower() in _ADVERBS:
         words = words[1:]
     return bool(words) and words[0].islower() and _is_strong_verb(words[0])
+
+
+def _dated_section(ctx: _Context, sentence: _Sentence, statement: str) -> date | None:
+    """The day of the section a change is listed under, when the section (not the document)
+    is dated: a changelog's "## 4.2.0 (2026-06-15)", a journal's "### 3 March 2026". Only a
+    statement of a change takes it ("raised from 30 to 45 seconds", "now depends on X")."""
+    from services.pipeline.domain import reading
+
+    section = _last_heading(ctx, sentence.start)
+    first = ctx.model.first_heading
+    if section is None or first is None or section[1] == first[1]:
+        return None
+    day = timeparse.find_anchor_date(section[0])
+    if day is None or not (re.search(r"\bnow\b", statement, re.IGNORECASE) or any(
+            r.change == "succession" or r.kind == "attribute" and r.previous for r in reading.read(statement))):
+        return None
+    return day
 
 
 def _anchor_for(ctx: _Context, sentence: _Sentence) -> tuple[date | None, tuple[int, int] | None]:
@@ -1313,6 +1422,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             flags.append(("unresolved_date", expression.text))
     valid_from = valid_until = None
     precision, kind = "unknown", None
+    if chosen is None and not expressions and ctx.parsed:
+        dated = _dated_section(ctx, sentence, statement)
+        if dated is not None:  # "## 4.2.0 (2026-06-15)" / "- The timeout was raised to 45 seconds."
+            valid_from = valid_until = datetime(dated.year, dated.month, dated.day, tzinfo=UTC)
+            precision, kind = "day", "event_time"
     if chosen is not None:
         valid_from, valid_until, precision, kind = chosen.valid_from, chosen.valid_until, chosen.precision, chosen.kind
         if kind == "event_time" and precision in ("month", "quarter", "year"):
@@ -1517,7 +1631,10 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {names}",
                                (ctx.model.participants_span,) if ctx.model.participants_span else ()))
         elif base in ("he", "him", "his", "himself", "she", "her", "hers", "herself"):
-            person = _unique_person_before(ctx, sentence, start)
+            objective = base == "him" or (base == "her" and (next_word is None or not next_word.islower()
+                                                             or next_word in _FUNCTION_WORDS))
+            # "Wiebke handed it over to him": an object pronoun is not its own clause's subject
+            person = _unique_person_before(ctx, sentence, start, clause_start=part.start if objective else None)
             if person is None:
                 return word
             name, span = person
@@ -1633,8 +1750,8 @@ def _conjugation_edit(document: str, after: int, limit: int) -> list[_Edit]:
     return []
 
 
-def _unique_person_before(ctx: _Context, sentence: _Sentence,
-                          position: int) -> tuple[str, tuple[int, int]] | None:
+def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
+                          clause_start: int | None = None) -> tuple[str, tuple[int, int]] | None:
     """The one person named in the passage before ``position``; None when there is none or more than one.
 
     In a conversation the other speakers and participants also count as candidates (a "she" may be one
@@ -1644,6 +1761,8 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence,
     # "I report to Hamid Rahimi, he runs the platform group": a later clause's pronoun takes the
     # one person its own sentence named before it
     own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
+    if len(own) > 1 and clause_start is not None and clause_start > sentence.start:
+        own = {k: m for k, m in own.items() if m[0] < clause_start}  # an object pronoun's clause subject is not it
     if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
         own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
     if len(own) == 1 and position > sentence.start:

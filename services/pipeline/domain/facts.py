@@ -342,6 +342,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
     # when nothing structured came out of it
     for r in [*structured, *[r for r in readings if r.kind not in ("relation", "attribute")]]:
         extra: dict[str, object] = {"attributed_to": holder} if holder else {}
+        if r.features.get("undated"):
+            extra["undated"] = True  # the claim's date belongs to another clause of it
         if r.hedged:
             extra["hedged"] = True
         if r.kind == "nonfact":
@@ -694,6 +696,8 @@ def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
     """The world window an assertion starts with: the claim's stated window; a succession's
     new state goes on from the event; a predecessor named in the same claim ("from
     Frankfurt to Dublin on 20 February") held until the event."""
+    if draft.features.get("undated"):
+        return UNKNOWN
     window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
     until = draft.features.get("until")
     if draft.features.get("until_claim") and isinstance(until, str):

@@ -128,6 +128,7 @@ _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to cor
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
 _DETERMINERS = frozenset("the a an this that these those our my your their his her its some any each every".split())
 _PRONOUNS = frozenset("i me we us you he him she her they them it one someone everyone nobody".split())
+_RELATIVE_WORDS = frozenset("who whom whose which that where when".split())
 _TIME_NOUNS = frozenset("""today yesterday tomorrow week weeks month months year years quarter day days morning
 evening afternoon night now then time moment end beginning start""".split())
 
@@ -505,26 +506,48 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
+        clauses = [c for c in sentence if c.dep_ == "relcl"]
+        dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)] if clauses else []
+        relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
+                    for c in clauses if c.left_edge.lower_ in _RELATIVE_WORDS]
+        # "Kim, who joined in 2023, now leads X": a date only a relative clause has is that
+        # clause's time, not the main clause's (and a date only the main clause has is not the
+        # relative clause's)
+        main_undated = bool(dates) and bool(relative) and all(any(a <= s < b for a, b in relative) for s, _ in dates)
         for token in sentence:
             # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
             if token.dep_ == "appos" and _is_personish(token.head):
                 role = _role(token)
+                if role is not None and role[0] in ("part_of", "member_of"):
+                    role = _member_role(token) or role
                 if role is not None:
+                    new = any(a.dep_ == "amod" and a.lower_ == "new" for a in token.children)
                     extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
-                                         object=role[1], label=sentence.text.strip()))
+                                         object=role[1], change="succession" if new else "none",
+                                         label=sentence.text.strip()))
             # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
             if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
-                for reading in _read_clause(_clause(token, [token.head]), sentence):
+                a, b = token.left_edge.idx - sentence.start_char, token.right_edge.idx + len(token.right_edge) \
+                    - sentence.start_char
+                undated = bool(dates) and not any(a <= s < b for s, _ in dates)
+                relative_clause = _clause(token, [token.head])
+                if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
+                    relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
+                for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
                         subject = _np_text(token.head)
-                        extra.append(_replace(reading, subject=subject))
+                        features = {**reading.features, "undated": True} if undated else reading.features
+                        extra.append(_replace(reading, subject=subject, features=features))
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
-            if starts and clause.modal == "will" and head is root:
-                clause.modal = None
-            for reading in [*_read_clause(clause, sentence), *extra]:
+            if clause.modal == "will" and (starts and head is root or _starts_on(clause)):
+                clause.modal = None  # "Yara will lead the group from 1 May": a state with a stated start
+            main = _read_clause(clause, sentence)
+            if main_undated:
+                main = [_replace(r, features={**r.features, "undated": True}) for r in main]
+            for reading in [*main, *extra]:
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
                 if hedged and not reading.hedged:
@@ -532,6 +555,12 @@ def read(text: str) -> list[Reading]:
                 out.append(reading)
             extra = []
     return out
+
+
+def _starts_on(c: _Clause) -> bool:
+    """The clause states when its state starts: "from 1 May 2026", "starting next Monday"."""
+    return any(_is_time(o) and any(ch.like_num for ch in o.subtree)
+               for key in ("from", "starting", "as of", "effective") for o in c.preps.get(key) or ())
 
 
 def _garden_path_copula(sentence: Any) -> Reading | None:
@@ -617,6 +646,8 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
     change = "negation" if c.negated else "none"
     if c.no_longer:
         change = "end"
+    elif change == "none" and any(a.dep_ == "advmod" and a.lower_ == "now" for a in c.head.children):
+        change = "succession"  # "the gateway now uses Envoy": a state that starts (when the claim is dated)
 
     readings = _transition(c, verb, change, text)
     if readings is None:
@@ -702,6 +733,36 @@ def _role(token: Any | None) -> tuple[str, str] | None:
             if obj is not None and not _is_time(obj):
                 return predicate, _np_text(obj)
     return None
+
+
+def _member_role(token: Any) -> tuple[str, str] | None:
+    """"(a member | part) of the search team" said of a person: the membership the group's
+    kind makes (works on a team, member of a guild, works for a company)."""
+    group = next((o for p in token.children if p.dep_ == "prep" and p.lower_ == "of" for o in p.children
+                  if o.dep_ == "pobj" and not _is_time(o)), None)
+    return (_membership(group), _np_text(group)) if group is not None else None
+
+
+def _listed(token: Any) -> list[str]:
+    """The names a list of holders gives ("Tom and Ana", "Ama, Kojo, Efua"), one each, however
+    the parser hung the list's names on one another."""
+    words = list(token.subtree)
+    if any(w.text == "," for w in words):
+        text = token.doc[words[0].i:words[-1].i + 1].text
+        return [name for part in re.split(r",|\band\b|&", text) if (name := _clean_np(part))]
+    return [_np_text(h) for h in [*_conjuncts(token), *[a for a in token.children if a.dep_ == "appos"]]]
+
+
+def _clean_np(text: str) -> str:
+    words = text.split()
+    while words and words[0].lower() in _DETERMINERS:
+        words = words[1:]
+    return " ".join(words).strip(" .;:")
+
+
+def _is_group(token: Any) -> bool:
+    """A team, group or organisation: something that holds a role as a person does."""
+    return _is_org(token) or token.lemma_.lower() in _LED_HEADS | _GROUP_HEADS | {"office"}
 
 
 def _held_as(obj: Any) -> str:
@@ -825,6 +886,12 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if base in ("employ", "contract", "hire", "retain"):
             place = c.agent if c.agent is not None else _non_time(c.preps.get("at"))
             return _rel(subjects, "works_for", _np_text(place) if place is not None else None, change, text)
+        stranded = next((p.lower_ for p in c.head.children if p.dep_ in ("prep", "prt")
+                         and not any(o.dep_ in ("pobj", "pcomp") for o in p.children)), None)
+        phrasal = _PREP_VERB_PREDICATES.get((base, stranded or ""))
+        if c.agent is not None and phrasal is not None:  # "is looked after by Wanjiru", "is relied on by …"
+            return _rel([_np_text(t) for t in _conjuncts(c.agent)], phrasal,
+                        _np_text(c.subjects[0]) if c.subjects else None, change, text)
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
@@ -844,18 +911,27 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if base == "be":
         role = _role(c.attr)
         if role is not None:
+            if role[0] in ("part_of", "member_of") and c.subjects and _is_person_named(c.subjects[0]):
+                role = _member_role(c.attr) or role
             return _rel(subjects, role[0], role[1], change, text)
-        holder = c.attr if c.attr is not None and _is_personish(c.attr) else None
+        holder = c.attr if c.attr is not None and (_is_personish(c.attr) or _is_group(c.attr)) else None
         if holder is not None and c.subjects:
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"
             role = _role(c.subjects[0])
             if role is not None:  # "The owners of the wiki are Tom and Ana": one relation each
-                return _rel([_np_text(h) for h in _conjuncts(holder)], role[0], role[1], change, text)
+                if role[0] in ("part_of", "member_of") and _is_personish(holder):
+                    role = _member_role(c.subjects[0]) or role  # "the members of the Quokka team are …"
+                return _rel(_listed(holder), role[0], role[1], change, text)
             head = c.subjects[0]
             owner = next((t for t in head.children if t.dep_ == "poss" and t.lower_ not in _PRONOUNS), None)
-            if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and owner is not None:
-                return _rel([_np_text(owner).removesuffix("'s").removesuffix("’s")], "reports_to",
-                            _np_text(holder), change, text)
+            if owner is not None:
+                owned = _np_text(owner).removesuffix("'s").removesuffix("’s")
+                if head.lemma_.lower() in ("manager", "boss", "supervisor", "lead") and (
+                        _is_person(owner) or _is_person_named(owner) and owner.ent_type_ != "ORG"):
+                    return _rel([owned], "reports_to", _np_text(holder), change, text)  # "Mark's manager is Hana"
+                predicate = _ROLE_NOUNS.get(head.lemma_.lower())
+                if predicate is not None:  # "Tundra's owner is the streaming team", "Nimbus's lead is Carla"
+                    return _rel([_np_text(h) for h in _conjuncts(holder)], predicate, owned, change, text)
         if c.acomp is not None and c.acomp.lemma_.lower() in ("responsible", "accountable"):
             target = _non_time([o for p in c.acomp.children if p.dep_ == "prep" and p.lower_ == "for"
                                 for o in p.children if o.dep_ == "pobj"])
@@ -909,7 +985,7 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
 
 def _value_of(token: Any) -> str:
     if token.ent_type_ in ("DATE", "TIME"):
-        return _date_text(token)
+        return re.sub(r"^the\s+", "", _date_text(token), flags=re.IGNORECASE)  # "(in) the second half of 2026"
     if not _is_valueish(token):
         return _np_text(token)
     skip: set[int] = set()
@@ -937,6 +1013,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
+    status = _status_change(c)
+    if status is not None:
+        # "was cancelled", "went live": an event that changes the status; "is paused": a state
+        event = c.head.tag_ == "VBD" or any(a.dep_ in ("aux", "auxpass") and a.tag_ == "VBD" for a in c.head.children)
+        return [_attr(name, "status", status, succession if event else change, text, state=True)]
     if base == "rename" or verb == "rename":
         new = to or c.oprd or (c.objects[0] if c.passive and c.objects else None)
         if new is None:
@@ -952,6 +1033,16 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
                       previous=_value_of(source) if source is not None else None, schedule=True)]
     if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
                                                          and _is_amount(to)):
+        ranged = source if source is not None else next(
+            (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)
+        if to is None and ranged is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
+                                                     for t in ranged.subtree):
+            # "raised from 500 to 1,000 events", "cut by half to 0.05 percent": the parser makes
+            # the range one amount (under "from", or on the verb)
+            old, _, new = _value_of(ranged).partition(" to ")
+            if old and new:
+                return [_attr(name, None, new, succession, text, previous=old if ranged is source else None,
+                              state=True)]
         if to is None:
             return None
         return [_attr(name, None, _value_of(to), succession, text,
@@ -967,8 +1058,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return [_attr(name, None, _value_of(when), change, text, schedule=True)]
     if base == "be":
         value = c.attr or c.acomp
-        if value is not None and value.lemma_.lower() in _STATUS_WORDS:
-            return [_attr(name, "status", value.lower_, change, text, state=True)]
+        if value is not None and (value.lemma_.lower() in _STATUS_WORDS or value.lower_ in _STATUS_WORDS):
+            # "is active again", "is now live": the status changed
+            again = any(a.dep_ == "advmod" and a.lower_ in ("again", "now") for a in [*c.head.children,
+                                                                                       *value.children])
+            return [_attr(name, "status", value.lower_, succession if again else change, text, state=True)]
         if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
                 and thing.pos_ != "PROPN" and not _is_valueish(value)):
             return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
@@ -1000,6 +1094,24 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         if value is not None and _is_valueish(value):
             return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(value), change, text,
                           state=True)]
+    return None
+
+
+def _status_change(c: _Clause) -> str | None:
+    """The status a clause puts its subject in: "went live", "was put on hold", "was
+    cancelled", "is on hold" (a status that starts at the clause's time)."""
+    subject = c.subjects[0] if c.subjects else None
+    if subject is None or c.negated or subject.lower_ in _PRONOUNS or _is_person(subject) and _is_person_named(subject):
+        return None
+    base = c.head.lemma_.lower()
+    state = c.acomp or next((a for a in c.head.children if a.dep_ == "advmod" and a.i == c.head.i + 1), None)
+    if base == "go" and state is not None and state.lower_ in ("live", "dark", "offline", "online"):
+        return state.lower_
+    hold = _non_time(c.preps.get("on"))
+    if base in ("put", "place", "be") and hold is not None and hold.lower_ == "hold" and not c.objects:
+        return "on hold"
+    if c.passive and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:  # "is done"
+        return c.head.lower_
     return None
 
 

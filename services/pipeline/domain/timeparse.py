@@ -16,7 +16,8 @@ Rules (documented, never guessed):
   <weekday>" is that weekday in the anchor's Monday-Sunday week / the week after;
 - weeks are Monday-Sunday windows of day precision;
 - a bare weekday ("on Friday"), "a few weeks ago", or any relative phrase without an
-  anchor stays unresolved: precision ``unknown``, text unchanged; nothing is invented;
+  anchor stays unresolved (but "since Tuesday" can only look back: the latest Tuesday
+  before the anchor): precision ``unknown``, text unchanged; nothing is invented;
 - "before X" / "after X" record no window (their bound would be a derived date).
 
 Pure standard library; no locale data, no network.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
 __all__ = [
@@ -83,16 +84,26 @@ _P_QUARTER_WORDS = re.compile(
     r"(?<![\w])(?:the\s+)?(?P<ord>first|second|third|fourth)\s+quarter(?:\s+of\s+(?P<y>\d{4})(?!\d))?(?![\w])",
     re.IGNORECASE,
 )
+# "H1 2027", "the second half of 2026": six months, at quarter precision (their bounds are quarters')
+_P_HALF = re.compile(r"(?<![\w])(?:(?-i:H)(?P<h>[12])(?:\s+(?P<y>\d{4})(?!\d))?|(?:the\s+)?(?P<ord>first|second)\s+half"
+                     r"\s+of\s+(?:(?P<y2>\d{4})(?!\d)|the\s+year|this\s+year))(?![\w-])", re.IGNORECASE)
+# ISO week numbers: "2026-W22", "W22", "week 47" (the Monday-Sunday week of that number)
+_P_WEEK_NUMBER = re.compile(r"(?<![\w-])(?:(?P<y>\d{4})-?W(?P<w>\d{1,2})|W(?P<w2>\d{1,2})|[Ww]eek\s+(?P<w3>\d{1,2})"
+                            r"(?:,?\s+(?P<y3>\d{4}))?)(?![\w-])")
 _P_YEAR = re.compile(r"(?<![\w.,-])(?P<y>(?:19|20)\d{2})(?![\w-])")
 # "early 2026", "by the end of 2025": somewhere in that year (said no finer)
 _P_YEAR_PART = re.compile(r"(?<![\w])(?:early|mid|late|the end of|end of|the beginning of|beginning of|the start of"
                           r"|start of)[\s-]+(?P<y>(?:19|20)\d{2})(?![\w-])", re.IGNORECASE)
 _P_DEICTIC = re.compile(
-    r"(?<![\w])(?P<w>yesterday|today|tomorrow|tonight|last night|this morning|this afternoon|this evening)(?![\w])",
+    r"(?<![\w])(?P<w>yesterday|today|tomorrow|tonight|last night|this morning|this afternoon|this evening"
+    r"|(?<=effective )immediately|with immediate effect)(?![\w])",
     re.IGNORECASE,
 )
 _P_REL_UNIT = re.compile(r"(?<![\w])(?P<rel>last|next|this|previous)\s+(?P<u>week|month|year|quarter)(?![\w])",
                          re.IGNORECASE)
+# "by the end of the month", "at the start of the quarter": the anchor's month, quarter, ...
+_P_PART_OF_PERIOD = re.compile(r"(?<![\w])(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?P<rel>the)\s+"
+                               r"(?P<u>week|month|quarter|year)(?![\w])", re.IGNORECASE)
 _P_REL_WEEKDAY = re.compile(rf"(?<![\w])(?P<rel>last|next|this)\s+(?P<wd>{_WEEKDAY})(?![\w])", re.IGNORECASE)
 _P_AGO = re.compile(
     r"(?<![\w])(?P<n>\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<u>days?|months?|years?)"
@@ -277,6 +288,33 @@ def _handle_quarter_words(text: str, match: re.Match[str], anchor: date | None) 
     return _quarter_core(match, _ORDINAL_QUARTERS[match.group("ord").lower()], match.group("y"), anchor)
 
 
+def _handle_half(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    half = int(match.group("h")) if match.group("h") else 1 if match.group("ord").lower() == "first" else 2
+    year_text = match.group("y") or match.group("y2")
+    if year_text is None and anchor is None:
+        return _Core(match.start(), match.end(), None, None, "quarter", True, False, None, None)
+    year = int(year_text) if year_text else anchor.year  # type: ignore[union-attr]
+    first = date(year, 6 * half - 5, 1)
+    return _Core(match.start(), match.end(), first, _month_last(year, 6 * half), "quarter", year_text is None, False,
+                 f"H{half} {year}", None)
+
+
+def _handle_week_number(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    week = int(match.group("w") or match.group("w2") or match.group("w3"))
+    year_text = match.group("y") or match.group("y3")
+    if not 1 <= week <= 53:
+        return None
+    if year_text is None and anchor is None:
+        return _Core(match.start(), match.end(), None, None, "week", True, False, None, None)
+    year = int(year_text) if year_text else anchor.year  # type: ignore[union-attr]
+    try:
+        monday = date.fromisocalendar(year, week, 1)
+    except ValueError:
+        return None
+    return _Core(match.start(), match.end(), monday, monday + timedelta(days=6), "week", year_text is None, False,
+                 f"the week of {render_day(monday)}", None)
+
+
 def _handle_year(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     preposition, _ = _preposition_before(text, match.start())
     if preposition not in _YEAR_PREPOSITIONS:
@@ -304,7 +342,7 @@ def _handle_deictic(text: str, match: re.Match[str], anchor: date | None) -> _Co
 def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     rel = match.group("rel").lower()
     unit = match.group("u").lower()
-    step = {"last": -1, "previous": -1, "this": 0, "next": 1}[rel]
+    step = {"last": -1, "previous": -1, "this": 0, "the": 0, "next": 1}[rel]
     precision = "week" if unit == "week" else unit
     if anchor is None:
         return _Core(match.start(), match.end(), None, None, precision, True, True, None, None)
@@ -332,6 +370,14 @@ def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) 
     quarter_index = anchor.year * 4 + (anchor.month - 1) // 3 + step
     year, quarter = quarter_index // 4, quarter_index % 4 + 1
     return _quarter_core(match, quarter, str(year), anchor, relative=True, deictic=True)
+
+
+def _handle_part_of_period(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    core = _handle_relative_unit(text, match, anchor)
+    if core is None or core.rendered is None:
+        return core
+    prefix = match.group()[:match.start("rel") - match.start()]  # "the end of " March 2026
+    return replace(core, rendered=prefix + core.rendered)
 
 
 def _handle_relative_weekday(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
@@ -369,6 +415,10 @@ def _handle_ago(text: str, match: re.Match[str], anchor: date | None) -> _Core |
 def _handle_unresolvable(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     if match.re is _P_WEEKDAY and text[match.end():match.end() + 1] == "s":
         return None
+    if match.re is _P_WEEKDAY and anchor is not None and _preposition_before(text, match.start())[0] == "since":
+        # "since Tuesday" can only look back: the latest Tuesday before the anchor
+        day = anchor - timedelta(days=(anchor.weekday() - _WEEKDAYS[match.group("wd").lower()]) % 7 or 7)
+        return _Core(match.start(), match.end(), day, day, "day", True, True, render_day(day), None)
     return _Core(match.start(), match.end(), None, None, "day", True, True, None, None)
 
 
@@ -380,10 +430,13 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_MY, _handle_month),
     (_P_QUARTER, _handle_quarter),
     (_P_QUARTER_WORDS, _handle_quarter_words),
+    (_P_HALF, _handle_half),
+    (_P_WEEK_NUMBER, _handle_week_number),
     (_P_YEAR, _handle_year),
     (_P_YEAR_PART, _handle_year_part),
     (_P_DEICTIC, _handle_deictic),
     (_P_REL_UNIT, _handle_relative_unit),
+    (_P_PART_OF_PERIOD, _handle_part_of_period),
     (_P_REL_WEEKDAY, _handle_relative_weekday),
     (_P_AGO, _handle_ago),
     (_P_VAGUE, _handle_unresolvable),
@@ -424,7 +477,7 @@ def _single(text: str, core: _Core, preposition: str | None, prep_start: int) ->
     valid_until: datetime | None = _midnight(core.last)
     kind = "event_time"
     if preposition in ("since", "from", "as of", "starting", "starting from", "effective", "effective from",
-                       "beginning"):
+                       "beginning") or phrase.lower() == "with immediate effect":
         valid_until, precision, kind = None, "open", "effective_period"
     elif preposition in ("until", "till", "through"):
         valid_from, kind = None, "effective_period"

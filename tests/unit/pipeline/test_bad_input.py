@@ -52,7 +52,10 @@ def test_every_block_has_named_outcomes(body: str) -> None:
 
 
 def test_what_each_shape_leads_to() -> None:
-    assert {o for _, o in ledger(f"# T\n\n{TABLE}")} == {"selection_drop:not_prose"}
+    # a table's header row is not prose; a data row under a header whose column names a role
+    # ("Owner") is that field of the row's first cell
+    assert {o for _, o in ledger(f"# T\n\n{TABLE}")} == {"claim", "decontext_edit:subject_copied",
+                                                           "selection_drop:not_prose"}
     assert {o for _, o in ledger(f"# C\n\n{CODE}")} == {"selection_drop:not_prose"}
     assert [o for _, o in ledger(f"# Q\n\n{QUESTIONS}")] == ["selection_drop:question"] * 3
     scripts = [o for _, o in ledger(f"# S\n\n{SCRIPTS}")]
