@@ -34,6 +34,22 @@ class Row:
         return f"{self.p50_ms / self.baseline_p50_ms:.2f}x"
 
 
+def cpu_seconds(stack: Stack, name: str = "pipeline") -> float:
+    """CPU seconds (user + system) the stack's ``name`` processes have used so far, from
+    /proc (NaN elsewhere): on a shared machine steadier than wall time, which another
+    process's load stretches."""
+    total = 0.0
+    for child in stack.children:
+        if child.name != name:
+            continue
+        try:
+            fields = Path(f"/proc/{child.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]

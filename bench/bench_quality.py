@@ -28,7 +28,7 @@ import httpx
 from testament.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 from bench import labelled, quality
-from bench._common import Row, percentiles, running_stack
+from bench._common import Row, cpu_seconds, percentiles, running_stack
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import EmbeddingProvider, provider_from_settings
@@ -196,12 +196,14 @@ async def run() -> list[Row]:
     async with running_stack() as (stack, port):
         assert stack.dsn is not None
         ingest_proc = next(c for c in stack.children if c.name == "ingest")
+        cpu = cpu_seconds(stack)
         docs, wall, conv_bytes = await ingest(ingest_proc.port, stack.dsn, sets)
+        cpu = cpu_seconds(stack) - cpu
         total = sum(len(d.markdown.encode()) for d in docs.values())
         rows.append(Row("quality", f"ingest labelled set ({embedder.model})", len(docs), wall * 1000 / len(docs),
                         wall * 1000 / len(docs),
                         extra=f"{total / 1024 / wall * 60:,.0f} KB/min end to end "
-                              f"({conv_bytes / 1024:.0f} KB of conversations)"))
+                              f"({conv_bytes / 1024:.0f} KB of conversations); {_cpu_note(cpu, total)}"))
         log(f"ingested in {wall:.1f} s")
 
         units, rankings = await _rankings(stack.dsn, embedder, sets, docs)
@@ -220,14 +222,15 @@ async def run() -> list[Row]:
         # The same question mix on a space of ~5k turns: the labelled set among other people's
         # conversations (renamed copies), ingested the same way.
         extra = labelled.filler(sets, FILLER_COPIES)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds(stack)
         await ingest(ingest_proc.port, stack.dsn, [labelled.LabelledSet("filler", extra, [])])
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, cpu_seconds(stack) - cpu
         size = sum(len(d.markdown.encode()) for d in extra)
         turns = len(units) + sum(len(d.units) for d in extra)
         rows.append(Row("quality", f"ingest {len(extra)} more conversations ({embedder.model})", len(extra),
                         wall * 1000 / len(extra), wall * 1000 / len(extra),
-                        extra=f"{size / 1024 / wall * 60:,.0f} KB/min ({size / 1024:.0f} KB)"))
+                        extra=f"{size / 1024 / wall * 60:,.0f} KB/min ({size / 1024:.0f} KB); "
+                              f"{_cpu_note(cpu, size)}"))
         rows.append(await _gateway_latency(port, questions, turns))
     rows.extend(await _blind(embedder))
     if not embedder.model.startswith("hash-"):
@@ -240,11 +243,19 @@ async def _hash_ingest_baseline(sets: list[labelled.LabelledSet], measured: Row)
     async with running_stack(embedding="hash") as (stack, _port):
         assert stack.dsn is not None
         ingest_proc = next(c for c in stack.children if c.name == "ingest")
+        cpu = cpu_seconds(stack)
         docs, wall, _ = await ingest(ingest_proc.port, stack.dsn, sets)
+        cpu = cpu_seconds(stack) - cpu
     total = sum(len(d.markdown.encode()) for d in docs.values())
     measured.baseline_p50_ms = wall * 1000 / len(docs)
     return Row("quality", "ingest labelled set (hash-384-v1), baseline", len(docs), wall * 1000 / len(docs),
-               wall * 1000 / len(docs), extra=f"{total / 1024 / wall * 60:,.0f} KB/min end to end")
+               wall * 1000 / len(docs), extra=f"{total / 1024 / wall * 60:,.0f} KB/min end to end; "
+                                              f"{_cpu_note(cpu, total)}")
+
+
+def _cpu_note(cpu_s: float, size_bytes: int) -> str:
+    """The pipeline's CPU for an ingest: what the embedder costs, whatever the machine's load."""
+    return f"pipeline {cpu_s:.1f} CPU-s, {cpu_s * 1000 / (size_bytes / 1024):.0f} CPU-ms/KB"
 
 
 async def _gateway_latency(port: int, questions: list[labelled.Question], n_units: int) -> Row:
