@@ -651,7 +651,7 @@ NAIVE = f"""SELECT c.claim_id FROM claims c
              ORDER BY c.embedding::halfvec({DIM}) <=> $3::vector({DIM})::halfvec({DIM}) LIMIT $4"""
 ORACLE = f"""SELECT c.claim_id FROM claims c
               WHERE c.space_id = $1 AND c.embedding_dim = {DIM} AND c.is_current_testimony AND {CLAIM_VISIBLE}
-              ORDER BY c.embedding <=> $3 LIMIT $4"""  # no cast: the expression index cannot serve it
+              ORDER BY c.embedding <=> $3, c.claim_id LIMIT $4"""  # no cast: the index cannot serve it; ties by id
 
 
 class Recorder:

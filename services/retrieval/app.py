@@ -191,7 +191,8 @@ class Retrieval:
         self.fact_weights = FusionWeights(k=RRF_K, depth=fact_depth, entity_lift=self.weights.entity_lift)
         self.embedder = embedder
         self.graph = graph
-        self.legs = db.SearchLegs(model=getattr(embedder, "model", None))
+        self.legs = db.SearchLegs(model=getattr(embedder, "model", None),
+                                  database=database if hasattr(database, "acquire") else None)
         self.redact = redact or (lambda text, caller: text)
         self._dated: dict[uuid.UUID, bool] = {}
         self._folds: dict[uuid.UUID, str] = {}

@@ -69,7 +69,8 @@ async def _oracle(conn: Any, caller: Caller, vector: Any, dim: int, k: int) -> l
     rows = await conn.fetch(
         f"""SELECT c.claim_id FROM claims c WHERE c.space_id = $1 AND c.embedding_dim = {dim}
               AND c.is_current_testimony AND {CLAIM_VISIBLE}
-            ORDER BY c.embedding <=> $3 LIMIT $4""", caller.space_id, sorted(caller.principals or []), vector, k)
+            ORDER BY c.embedding <=> $3, c.claim_id LIMIT $4""", caller.space_id, sorted(caller.principals or []),
+        vector, k)  # ties by id, as the service's exact scans break them
     return [r[0] for r in rows]
 
 

@@ -188,3 +188,31 @@ def test_the_exposure_check_reports_per_principal(loaded, tmp_path: Path) -> Non
         assert s["plan"] == "exact" and s["restricted"] and 0 < s["eligible_rows"] < s["space_rows"]
         assert s["testament_recall_at_k"] >= 0.99 and s["latency_vs_trusted"] > 0
     assert sets[("hiring", "x0")]["eligible_rows"] < sets[("billing", "search")]["eligible_rows"]
+
+
+def test_restricted_rows_read_from_their_documents_are_the_rows_checked_one_by_one(loaded) -> None:
+    """A restricted caller's exact scans read its rows from the documents it may see
+    (``adapters._BY_DOCUMENT``) instead of checking every row of the space: for every kind,
+    and every principal set (none visible but the public documents, one topic, two), the
+    very rows the row-by-row visibility predicates admit."""
+    dsn, _ = loaded
+
+    async def run() -> None:
+        database = await Database.connect(dsn, min_size=1, max_size=2)
+        try:
+            space = await database.fetchval("SELECT space_id FROM spaces WHERE is_default")
+            sets = [["nobody"], *([t] for t in TOPICS), ["billing", "search"]]
+            for kind in ("claim", "chunk", "chunk_unit", "fact", "entity"):
+                seen = {}
+                for how, target in (("checked", db._TARGETS[kind]), ("read", db._rows(kind, True))):
+                    unit = ", u.ordinal" if kind == "chunk_unit" else ""
+                    sql = (f"SELECT {target['id']}{unit} FROM {target['table']} WHERE {target['space']} = $1 "
+                           f"AND {target['where']}")
+                    seen[how] = [{tuple(r) for r in await database.fetch(sql, space, principals)}
+                                 for principals in sets]
+                assert seen["read"] == seen["checked"], kind
+                assert any(seen["read"]) and seen["read"][0] < seen["read"][-1] or kind == "entity", kind
+        finally:
+            await database.close()
+
+    asyncio.run(run())

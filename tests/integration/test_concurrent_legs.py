@@ -11,6 +11,7 @@ from bench import bench_retrieval as bench
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
+from services.retrieval import adapters
 from services.retrieval.app import Retrieval
 
 
@@ -79,4 +80,30 @@ async def test_a_failing_leg_raises_its_own_error(dsn: str) -> None:
                 raise AssertionError("the leg's TimeoutError was not raised")
         assert retrieval._helper is not None and retrieval._helper.free == 4
     finally:
+        await db.close()
+
+
+async def test_stale_row_counts_serve_while_they_are_recounted(dsn: str) -> None:
+    """The counts that pick a leg's plan (exact scan or graph) are recounted off the answer:
+    an answer that finds them stale uses them as they were and does not wait for the
+    recount (a read of the whole table); the next answer after it gets the new ones."""
+    db = await Database.connect(dsn, max_size=8)
+    conn = await asyncpg.connect(dsn)
+    try:
+        space = await bench.new_space(conn, "stale-counts")
+        legs = Retrieval(db, HashEmbeddings(384), None).legs
+        caller = Caller(space, Scope.READ, frozenset({"topic:1"}))
+        key = ("claim", space, ("topic:1",))
+        async with db.transaction() as own:
+            assert await legs.counts(own, "claim", caller) == (0, 0)  # first: counted in the answer
+            legs._counts[key] = (legs._counts[key][0] - 2 * adapters.COUNTS_FRESH_S, 5, 7)  # as if long ago
+            assert await legs.counts(own, "claim", caller) == (5, 7)  # stale, served at once
+            recount = legs._recounting[key]
+            assert await legs.counts(own, "claim", caller) == (5, 7) and legs._recounting[key] is recount  # one recount
+        await recount
+        assert key not in legs._recounting
+        async with db.transaction() as own:
+            assert await legs.counts(own, "claim", caller) == (0, 0)
+    finally:
+        await conn.close()
         await db.close()
