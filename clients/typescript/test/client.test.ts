@@ -66,7 +66,7 @@ describe("testament stack", () => {
   test("deployment.getDeployment on the ingest port: empty build info", async () => {
     const response = await client("deployment").deployment.getDeployment({});
     assert.equal(response.buildRevision, "");
-    assert.equal(response.modelBindings["p1_embedding"], "sentence-transformers/all-MiniLM-L6-v2"); // the default embedder
+    assert.equal(response.modelBindings["p1_embedding"], "all-MiniLM-L6-v2-int8"); // the default embedder (int8 MiniLM)
     assert.equal(response.tools["facts_context"], 3);
     assert.equal(response.tools["query_sql"], 1); // the SQL face is served
   });
