@@ -573,7 +573,7 @@ async def supersede_living_testimony(conn: asyncpg.Connection, space_id: uuid.UU
 # labels, vectors and profiles
 # --------------------------------------------------------------------------------------
 
-async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Record]:
+async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID) -> list[asyncpg.Record]:
     return await conn.fetch(
         """SELECT DISTINCT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
              FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id WHERE a.version_id = $1
@@ -588,7 +588,8 @@ async def facts_of_version(conn: Any, version_id: uuid.UUID) -> list[asyncpg.Rec
            UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
            SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
              FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
-            WHERE a.features->>'reresolved_by' = $1::text AND f.embedding IS NULL""", version_id)
+            WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
+              AND f.embedding IS NULL""", version_id, space_id)
 
 
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:

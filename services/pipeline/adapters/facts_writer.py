@@ -222,7 +222,7 @@ class FactsWriter:
         await crossrefs.link_version(conn, source, markdown)
 
     async def labels_and_profiles(self, source: VersionSource) -> tuple[list[asyncpg.Record], dict[uuid.UUID, str]]:
-        facts = await fs.facts_of_version(self.db, source.version_id)
+        facts = await fs.facts_of_version(self.db, source.space_id, source.version_id)
         entities = {f["subject_entity_id"] for f in facts} | {f["object_entity_id"] for f in facts
                                                                if f["object_entity_id"]}
         return facts, await fs.profile_texts(self.db, sorted(entities))
