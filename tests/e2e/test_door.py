@@ -289,6 +289,22 @@ def test_the_credential_comes_before_routing_and_revocation_is_immediate(service
     assert again.returncode == 1 and "exists already" in again.stderr
 
 
+def test_an_idle_keep_alive_connection_outlives_the_clients_own_timeout(services: Services) -> None:
+    """httpx (and most clients) give up an idle connection after 5 s; the gateway must not
+    close it first, or a request sent as it closes is lost. One connection, 6 s idle, then a
+    second request on it: answered on the same connection."""
+    with services.gateway() as base:
+        with httpx.Client(base_url=base, timeout=10,
+                          limits=httpx.Limits(max_connections=1, keepalive_expiry=60)) as http:
+            first = http.get("/healthz")
+            assert first.status_code == 200 and first.headers.get("connection", "").lower() != "close"
+            time.sleep(6)
+            connections = http._transport._pool.connections  # noqa: SLF001 - the one connection, kept
+            assert len(connections) == 1 and connections[0].is_idle() and not connections[0].has_expired()
+            assert http.get("/healthz").status_code == 200
+            assert http._transport._pool.connections == connections  # noqa: SLF001 - reused, not reopened
+
+
 def test_an_open_stack_refuses_to_listen_beyond_loopback(pg, tmp_path: Path) -> None:
     dsn = clone_database(pg)
     env = service_env(dsn, TESTAMENT_HOST="0.0.0.0", TESTAMENT_DATA_DIR=str(tmp_path))
