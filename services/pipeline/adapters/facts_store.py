@@ -21,7 +21,7 @@ import numpy as np
 from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
 from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, holder_predicates
-from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose
+from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose, entity_compatible
 from services.pipeline.domain.facts import (
     ClaimView,
     Window,
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 # Candidate width per tier: the cascade finds candidates, the chooser decides.
 CANDIDATE_WIDTH = 8
+# The spelling tiers (T1, T2) read this many alias rows, names with the mention's numbers
+# first, and keep the CANDIDATE_WIDTH best that could name the same thing: cut before that
+# check, names that cannot match ("service 7" for "ledger service") crowd out one that can
+# ("ledger"), and how many of them exist depends on the order documents came in.
+CANDIDATE_POOL = CANDIDATE_WIDTH * 8
 TRIGRAM_FLOOR = 0.3
 # T3: cosine similarity (1 - pgvector `<=>`) between the mention-in-its-claim vector and an
 # entity's profile vector, same dimension only, that makes the entity a *candidate*. It is
@@ -88,24 +93,26 @@ async def candidates(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid
              ORDER BY {_LIVE}, a.normalized_alias <> $2, a.alias_id""", space_id, key, first_of)
     if rows:
         return [_candidate(r, "T0", 1.0, in_doc) for r in rows]
+    numbers = " ".join(re.findall(r"[0-9]+", key))
     rows = await conn.fetch(
         f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}, similarity(a.normalized_alias, $2) AS score
               FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
              WHERE a.space_id = $1 AND a.normalized_alias % $2
                AND similarity(a.normalized_alias, $2) >= $3
-             ORDER BY score DESC, a.normalized_alias, a.alias_id LIMIT $4""",
-        space_id, key, TRIGRAM_FLOOR, CANDIDATE_WIDTH * 2)
-    found = _best_per_entity([_candidate(r, "T1", float(r["score"]), in_doc) for r in rows])
+             ORDER BY {_same_numbers('$5')} DESC, score DESC, a.normalized_alias, a.alias_id LIMIT $4""",
+        space_id, key, TRIGRAM_FLOOR, CANDIDATE_POOL, numbers)
+    found = _fitting_first(key, name, [_candidate(r, "T1", float(r["score"]), in_doc) for r in rows])
     if found:
-        return found[:CANDIDATE_WIDTH]
+        return found
     codes = await phonetic(conn, key)
     if codes:
         rows = await conn.fetch(
             f"""SELECT {_LIVE}, a.normalized_alias, a.alias_text, {_SURFACES}
                   FROM entity_aliases a JOIN entities e USING (entity_id, space_id)
                  WHERE a.space_id = $1 AND a.phonetic && $2::text[]
-                 ORDER BY a.normalized_alias, a.alias_id LIMIT $3""", space_id, codes, CANDIDATE_WIDTH)
-        found = _best_per_entity([_candidate(r, "T2", 0.7, in_doc) for r in rows])
+                 ORDER BY {_same_numbers('$4')} DESC, a.normalized_alias, a.alias_id LIMIT $3""",
+            space_id, codes, CANDIDATE_POOL, numbers)
+        found = _fitting_first(key, name, [_candidate(r, "T2", 0.7, in_doc) for r in rows])
         if found:
             return found
     if context_vector is None or not len(context_vector):
@@ -166,12 +173,20 @@ def first_name_pattern(word: str) -> str:
     return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
 
 
-def _best_per_entity(found: list[Candidate]) -> list[Candidate]:
+def _same_numbers(param: str) -> str:
+    """SQL: the alias carries exactly the mention's numbers (``param``: its digit runs, space-separated)."""
+    return f"trim(regexp_replace(a.normalized_alias, '[^0-9]+', ' ', 'g')) = {param}"
+
+
+def _fitting_first(key: str, surface: str, found: list[Candidate]) -> list[Candidate]:
+    """The best candidate per entity (by score, then id), those that could name what the
+    mention names first (the chooser's own check), at most CANDIDATE_WIDTH."""
     best: dict[uuid.UUID, Candidate] = {}
     for c in found:
         if c.entity_id not in best or c.score > best[c.entity_id].score:
             best[c.entity_id] = c
-    return sorted(best.values(), key=lambda c: (-c.score, str(c.entity_id)))
+    return sorted(best.values(), key=lambda c: (not entity_compatible(key, c, surface.strip()), -c.score,
+                                                str(c.entity_id)))[:CANDIDATE_WIDTH]
 
 
 async def phonetic(conn: asyncpg.Connection, key: str) -> list[str]:

@@ -208,6 +208,24 @@ async def test_numbered_names_resolve_the_same_whatever_order_they_arrive_in(db:
     assert all(p == partitions[0] for p in partitions), partitions
 
 
+
+async def test_names_that_cannot_match_do_not_crowd_out_the_one_that_can(db: Database) -> None:
+    """A spelling tier keeps only its best few candidates; before, that cut was taken before
+    the compatibility check, so "ledger service" met "ledger" only while fewer than eight
+    "service N" (spelled a little closer, but a number is not a misspelling) existed: the
+    e2e one-worker and three-worker runs disagreed on whether "the ledger" was the service."""
+    partitions = []
+    for crowd in (0, 3, 12, 40):
+        async with db.transaction() as conn:
+            s = await new_space(conn)
+            for i in range(crowd):
+                await mention(conn, s, f"service {i}")
+            ledger, _ = await mention(conn, s, "ledger")
+            service, row = await mention(conn, s, "ledger service")
+            partitions.append(ledger == service)
+            assert row["resolution_method"] == "T1", (crowd, row["scores"])
+    assert partitions == [True] * 4, partitions
+
 async def test_a_first_name_never_bridges_two_full_names_and_a_word_is_not_a_thing_named_after_it(
         db: Database) -> None:
     """Whatever order they arrive in: "Ravi Patel" never joins the entity that "Ravi Shankar"
