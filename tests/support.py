@@ -32,7 +32,9 @@ def service_env(dsn: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def wait_serving(address: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_serving(address: str, timeout_s: float = 90.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    # A service loads spaCy (and, by default, its embedder) before SERVING: ~14 s idle, over
+    # 30 s on this 2-core machine at load 10. Waiting longer costs nothing when it starts.
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
