@@ -322,7 +322,7 @@ class SearchLegs:
             t = _rows("chunk_unit" if grouped else kind, True)
         base = (f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra}")
         args = [caller.space_id, principals(caller), query, k, *extra_args]
-        more = [units] if nearest is not None else []  # the arguments of the scoring statement's own placeholders
+        more: list[Any] = [units] if nearest is not None else []  # the scoring statement's own arguments
         if plan == "exact":
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
