@@ -131,29 +131,34 @@ def _plan(descriptor: Descriptor) -> Callable[[Message], Any]:
 
         return union
 
-    steps: list[Callable[[Message, dict[str, Any]], None]] = []
+    # Every field printed as if unset (``None`` with presence, the default value without; an
+    # empty container for repeated and map fields, made anew per message), then the fields
+    # that are set (``ListFields``, in C) over them: a message prints every field, but a
+    # field-by-field walk in Python cost most of a large envelope's encoding.
+    unset: dict[str, Any] = {}
+    containers: list[tuple[str, type]] = []
+    encoders: dict[str, Callable[[Any], Any]] = {}
     for field in descriptor.fields:
         name = field.name
+        enc = _scalar_encoder(field)
+        container = _is_map(field) or _is_repeated(field)  # None holds its place in the printed order
+        unset[name] = None if field.has_presence or container else enc(field.default_value)
         if _is_map(field):
-            value_field = field.message_type.fields_by_name["value"]
-            enc = _scalar_encoder(value_field)
-            steps.append(lambda m, out, n=name, e=enc: out.__setitem__(
-                n, {k: e(v) for k, v in sorted(getattr(m, n).items())}))
+            value_enc = _scalar_encoder(field.message_type.fields_by_name["value"])
+            containers.append((name, dict))
+            encoders[name] = lambda v, e=value_enc: {k: e(x) for k, x in sorted(v.items())}
         elif _is_repeated(field):
-            enc = _scalar_encoder(field)
-            steps.append(lambda m, out, n=name, e=enc: out.__setitem__(n, [e(v) for v in getattr(m, n)]))
-        elif field.has_presence:
-            enc = _scalar_encoder(field)
-            steps.append(lambda m, out, n=name, e=enc: out.__setitem__(
-                n, e(getattr(m, n)) if m.HasField(n) else None))
+            containers.append((name, list))
+            encoders[name] = lambda v, e=enc: [e(x) for x in v]
         else:
-            enc = _scalar_encoder(field)
-            steps.append(lambda m, out, n=name, e=enc: out.__setitem__(n, e(getattr(m, n))))
+            encoders[name] = enc
 
     def encode(msg: Message) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for step in steps:
-            step(msg, out)
+        out = dict(unset)
+        for name, kind in containers:
+            out[name] = kind()
+        for field, value in msg.ListFields():
+            out[field.name] = encoders[field.name](value)
         return out
 
     return encode

@@ -60,17 +60,24 @@ HNSW_EF_PER_ROW = 4
 # (turn, block) and its whole text's. On the labelled set (MiniLM) chunk-semantic recall@10,
 # even/odd questions: whole text 0.718/0.722, best unit 0.714/0.650, both 0.768/0.744; the
 # chunk's vector as the mean of its units' 0.677/0.670, so the whole text is embedded too.
-# Both distances are taken per row before grouping (OFFSET 0 keeps the planner from folding
-# them into the aggregate), so the grouping sorts (id, distance) pairs, not rows wide with
+# Both distances are taken per row before grouping (in a materialized CTE, which the planner
+# cannot fold into the aggregate), so the grouping sorts (id, distance) pairs, not rows wide with
 # two vectors (those spilled to disk: 150 ms for 7.5k units).
 _CHUNK_DISTANCE = "(min(s.unit_distance) + min(s.chunk_distance)) / 2"
 
 
-def _chunk_scores(rows: str) -> str:
-    """Chunks scored by ``_CHUNK_DISTANCE`` over ``rows`` (a FROM … WHERE … of chunk units), best first."""
-    return (f"SELECT s.id, 1 - {_CHUNK_DISTANCE} AS score FROM (SELECT c.chunk_id AS id, "
-            f"u.embedding <=> $3 AS unit_distance, c.embedding <=> $3 AS chunk_distance {rows} OFFSET 0) s "
-            f"GROUP BY s.id ORDER BY {_CHUNK_DISTANCE}, s.id LIMIT $4")
+def _chunk_scores(rows: str, units: str | None = None, *, before: str = "") -> str:
+    """Chunks scored by ``_CHUNK_DISTANCE`` over ``rows`` (a FROM … WHERE … of chunk units),
+    best first, as ``(id, NULL, score)``; with ``units`` (a placeholder), after them that many
+    of the same rows' units nearest the query by their own distance, as ``(chunk id,
+    ordinal, score)`` (ties broken by key): the unit leg, read in the same statement.
+    ``before``: CTEs (each ending in a comma) that ``rows`` reads."""
+    scored = (f"SELECT s.id, NULL::int AS ordinal, 1 - {_CHUNK_DISTANCE} AS score FROM s "
+              f"GROUP BY s.id ORDER BY {_CHUNK_DISTANCE}, s.id LIMIT $4")
+    nearest = "" if units is None else (f" UNION ALL (SELECT s.id, s.ordinal, 1 - s.unit_distance FROM s "
+                                        f"ORDER BY s.unit_distance, s.id, s.ordinal LIMIT {units})")
+    return (f"WITH {before}s AS MATERIALIZED (SELECT c.chunk_id AS id, u.ordinal, u.embedding <=> $3 AS unit_distance, "
+            f"c.embedding <=> $3 AS chunk_distance {rows}) ({scored}){nearest}")
 # Its HNSW walk reads this many unit hits per chunk wanted (a chunk holds about three turns
 # or blocks; several of them may be near one query).
 UNITS_PER_CHUNK_HIT = 4
@@ -292,15 +299,21 @@ class SearchLegs:
         return (await self.counts(conn, kind, caller))[0]
 
     async def semantic(self, conn: asyncpg.Connection, kind: str, caller: Caller, vector: Sequence[float], k: int,
-                       *, filters: Filters = NO_FILTERS) -> list[tuple[uuid.UUID, float]]:
+                       *, filters: Filters = NO_FILTERS, units: int = 0) -> Ranked:
+        """The k rows of ``kind`` nearest the question that the caller may see, best first.
+        For chunks, ``units`` > 0 also reads the unit leg in the same statement (``Ranked.units``):
+        that many units (turns, blocks) nearest the question by their own vectors, among every
+        unit the chunk scoring read, which holds the units the walk or the exact scan found
+        nearest (one walk of the unit graph serves both legs)."""
         grouped = kind == "chunk"
         t = _TARGETS["chunk_unit" if grouped else kind]
         extra, extra_args = filters.render(kind, 5)
+        nearest = f"${5 + len(extra_args)}" if grouped and units > 0 else None  # the units' LIMIT
         if not await self.comparable(conn, caller.space_id):
             # Another model made these vectors: a distance between them and the query means
             # nothing. The channel is empty until `testament ops reembed` (lexical legs still run).
             self.plans.append("model_mismatch")
-            return []
+            return Ranked()
         dim = len(vector)
         query = np.asarray(vector, dtype=np.float32)
         eligible, total = await self.counts(conn, "chunk_unit" if grouped else kind, caller)
@@ -309,12 +322,13 @@ class SearchLegs:
             t = _rows("chunk_unit" if grouped else kind, True)
         base = (f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra}")
         args = [caller.space_id, principals(caller), query, k, *extra_args]
+        more: list[Any] = [units] if nearest is not None else []  # the scoring statement's own arguments
         if plan == "exact":
             # Exact: distances over exactly the rows the caller may see (no index, full recall).
             self.plans.append("exact")
             rows: list[Any] = []
             if grouped:
-                rows = await conn.fetch(_chunk_scores(base), *args)
+                rows = await conn.fetch(_chunk_scores(base, nearest), *args, *more)
             elif not (restricted or extra) and eligible > k:
                 # The caller sees (nearly) everything: take the nearest rows by distance alone
                 # (a bounded top-N), then probe visibility in that order until k hold; checking
@@ -357,73 +371,44 @@ class SearchLegs:
                     f"SELECT {c['id']} FROM {c['table']} WHERE {c['space']} = $1 AND {c['dim']} = {dim} "
                     f"AND {c['where']} {extra} ORDER BY {graph(c)} LIMIT $4", *args)]
             await conn.execute(walk(k * fanout))
-            sql = (f"WITH hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
-                   f"{base} ORDER BY {graph(t)} LIMIT $4 * {fanout}) ")
+            hits = (f"hits AS MATERIALIZED (SELECT {t['id']} AS id, {t['vec']} <=> $3::vector({dim}) AS distance "
+                    f"{base} ORDER BY {graph(t)} LIMIT $4 * {fanout})")
             if grouped:
                 # Nominated by the nearest units and the nearest whole chunks, then scored exactly.
-                sql += _chunk_scores(f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} IN "
-                                     f"(SELECT id FROM hits UNION SELECT unnest(${len(args) + 1}::uuid[]))")
-                args.append(near)
+                more.append(near)
+                sql = _chunk_scores(f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} IN "
+                                    f"(SELECT id FROM hits UNION SELECT unnest(${len(args) + len(more)}::uuid[]))",
+                                    nearest, before=f"{hits}, ")
             else:
-                sql += "SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id"
-            rows = await conn.fetch(sql, *args)
-        return [(r["id"], float(r["score"])) for r in rows]
+                sql = f"WITH {hits} SELECT id, 1 - distance AS score FROM hits ORDER BY distance, id"
+            rows = await conn.fetch(sql, *args, *more)
+        if nearest is None:
+            return Ranked((r["id"], float(r["score"])) for r in rows)
+        return Ranked(((r["id"], float(r["score"])) for r in rows if r["ordinal"] is None),
+                      units=[((r["id"], r["ordinal"]), float(r["score"])) for r in rows if r["ordinal"] is not None])
 
-    async def similarities(self, conn: asyncpg.Connection, kind: str, space_id: uuid.UUID,
-                           vector: Sequence[float], ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, float]:
-        """Cosine similarity of the query to each of ``ids`` (rows another leg nominated and
-        hydration confirmed), by primary key: the dense signal for the second stage of fusion.
-        Empty when the space's vectors come from another model."""
-        if not ids or not await self.comparable(conn, space_id):
-            return {}
-        t = _TARGETS[kind]
+    async def similarities(self, conn: asyncpg.Connection, space_id: uuid.UUID, vector: Sequence[float], *,
+                           claims: Sequence[uuid.UUID] = (), chunks: Sequence[uuid.UUID] = (),
+                           units_of: Sequence[uuid.UUID] = ()
+                           ) -> tuple[dict[uuid.UUID, float], dict[tuple[uuid.UUID, int], float]]:
+        """Cosine similarity of the query to each of ``claims`` and ``chunks`` (rows another leg
+        nominated and hydration confirmed), by primary key: the dense signal for the second
+        stage of fusion; and to every unit of the chunks ``units_of``, by key. One statement
+        for all three. Empty when the space's vectors come from another model."""
+        if not (claims or chunks or units_of) or not await self.comparable(conn, space_id):
+            return {}, {}
         dim = len(vector)
-        rows = await conn.fetch(
-            f"SELECT {t['id']} AS id, 1 - ({t['vec']}::vector({dim}) <=> $3::vector({dim})) AS score "
-            f"FROM {t['table']} WHERE {t['space']} = $1 AND {t['id']} = ANY($2::uuid[]) AND {t['dim']} = {dim}",
-            space_id, list(ids), np.asarray(vector, dtype=np.float32))
-        return {r["id"]: float(r["score"]) for r in rows}
 
-    async def nearest_units(self, conn: asyncpg.Connection, caller: Caller, vector: Sequence[float], k: int,
-                            *, filters: Filters = NO_FILTERS) -> list[tuple[tuple[uuid.UUID, int], float]]:
-        """The k units (turns, blocks) nearest the question by their own vectors, of chunks the
-        caller may see: ``((chunk_id, ordinal), cosine)``, best first. Exact over what the caller
-        sees below the scan threshold (or with a filter), else the units' HNSW graph with
-        iterative scans, as :meth:`semantic`."""
-        if not await self.comparable(conn, caller.space_id):
-            return []
-        dim = len(vector)
-        extra, extra_args = filters.render("chunk", 5)
-        eligible, total = await self.counts(conn, "chunk_unit", caller)
-        plan, restricted = semantic_plan(eligible, total, filtered=bool(extra))
-        t = _rows("chunk_unit", plan == "exact" and restricted)
-        order = f"u.embedding <=> $3::vector({dim}), c.chunk_id, u.ordinal"  # exact: ties broken by key
-        if plan == "hnsw":
-            order = f"u.embedding::halfvec({dim}) <=> $3::vector({dim})::halfvec({dim})"
-            ef_search = HNSW_EF_MAX if restricted else max(40, min(HNSW_EF_MAX, k * 4))
-            walk = "strict_order" if restricted else "relaxed_order"
-            await conn.execute(f"SET LOCAL hnsw.iterative_scan = '{walk}'; SET LOCAL hnsw.ef_search = {ef_search}; "
-                               "SET LOCAL hnsw.max_scan_tuples = 200000")  # one round trip
-        rows = await conn.fetch(
-            f"SELECT r.chunk_id, r.ordinal, 1 - r.distance AS score FROM ("
-            f"SELECT c.chunk_id, u.ordinal, u.embedding <=> $3::vector({dim}) AS distance FROM {t['table']} "
-            f"WHERE {t['space']} = $1 AND {t['dim']} = {dim} AND {t['where']} {extra} ORDER BY {order} LIMIT $4) r "
-            f"ORDER BY r.distance, r.chunk_id, r.ordinal",
-            caller.space_id, principals(caller), np.asarray(vector, dtype=np.float32), k, *extra_args)
-        return [((r["chunk_id"], r["ordinal"]), float(r["score"])) for r in rows]
-
-    async def unit_similarities(self, conn: asyncpg.Connection, space_id: uuid.UUID, vector: Sequence[float],
-                                chunk_ids: Sequence[uuid.UUID]) -> dict[tuple[uuid.UUID, int], float]:
-        """Cosine similarity of the query to every unit of ``chunk_ids`` (passages that were
-        nominated and confirmed), by key. Empty when the space's vectors come from another model."""
-        if not chunk_ids or not await self.comparable(conn, space_id):
-            return {}
-        dim = len(vector)
-        rows = await conn.fetch(
-            f"SELECT chunk_id, ordinal, 1 - (embedding::vector({dim}) <=> $3::vector({dim})) AS score "
-            f"FROM chunk_units WHERE space_id = $1 AND chunk_id = ANY($2::uuid[]) AND embedding_dim = {dim}",
-            space_id, list(chunk_ids), np.asarray(vector, dtype=np.float32))
-        return {(r["chunk_id"], r["ordinal"]): float(r["score"]) for r in rows}
+        def cosine(table: str, key: str, ordinal: str, arg: str) -> str:
+            return (f"SELECT {key} AS id, {ordinal} AS ordinal, 1 - (embedding::vector({dim}) <=> $2::vector({dim})) "
+                    f"AS score FROM {table} WHERE space_id = $1 AND {key} = ANY({arg}::uuid[]) "
+                    f"AND embedding_dim = {dim}")
+        rows = await conn.fetch(" UNION ALL ".join((
+            cosine("claims", "claim_id", "NULL::int", "$3"), cosine("chunks", "chunk_id", "NULL::int", "$4"),
+            cosine("chunk_units", "chunk_id", "ordinal", "$5"))),
+            space_id, np.asarray(vector, dtype=np.float32), list(claims), list(chunks), list(units_of))
+        return ({r["id"]: float(r["score"]) for r in rows if r["ordinal"] is None},
+                {(r["id"], r["ordinal"]): float(r["score"]) for r in rows if r["ordinal"] is not None})
 
     async def lexical(self, conn: asyncpg.Connection, kind: str, caller: Caller, text: str, k: int,
                       *, filters: Filters = NO_FILTERS) -> Ranked:
@@ -565,11 +550,15 @@ class SearchLegs:
 
 class Ranked(list[tuple[uuid.UUID, float]]):
     """A leg's ids and scores in rank order; ``matched`` is set when a bounded read cut the
-    ranking short (plan ``bm25_bounded``): how many targets at least match (seen before the cap)."""
+    ranking short (plan ``bm25_bounded``): how many targets at least match (seen before the cap);
+    ``units``: the nearest units read with a semantic chunk leg (``SearchLegs.semantic``),
+    ``((chunk_id, ordinal), cosine)`` best first."""
 
-    def __init__(self, items: Any = (), *, matched: int | None = None) -> None:
+    def __init__(self, items: Any = (), *, matched: int | None = None,
+                 units: Sequence[tuple[tuple[uuid.UUID, int], float]] = ()) -> None:
         super().__init__(items)
         self.matched = matched
+        self.units = list(units)
 
 
 # --------------------------------------------------------------------------------------

@@ -490,17 +490,18 @@ class Retrieval:
         depth = min(candidate_k, self.weights.depth)
         kinds = ("claim", "chunk")
         by_unit = self.weights.by_unit
+        # The unit leg (the units nearest the question) is read by the chunk leg's own walk.
         found = await self.concurrently(conn, [
-            *(lambda c, kind=kind: self.legs.semantic(c, kind, caller, vector, depth, filters=filters)
+            *(lambda c, kind=kind: self.legs.semantic(c, kind, caller, vector, depth, filters=filters,
+                                                      units=depth if by_unit and kind == "chunk" else 0)
               for kind in kinds),
             *(lambda c, kind=kind: self.legs.lexical(c, kind, caller, query, depth, filters=filters)
-              for kind in kinds),
-            *([lambda c: self.legs.nearest_units(c, caller, vector, depth, filters=filters)] if by_unit else [])])
+              for kind in kinds)])
         for n, kind in enumerate(kinds):
             semantic, lexical = found[n], found[len(kinds) + n]
             legs[kind] = {"semantic": [i for i, _ in semantic], "bm25": [i for i, _ in lexical]}
             full = full or len(semantic) >= depth or len(lexical) >= depth
-        nearest: list[tuple[UnitKey, float]] = found[2 * len(kinds)] if by_unit else []
+        nearest: list[tuple[UnitKey, float]] = found[kinds.index("chunk")].units
         claim_ids = list(dict.fromkeys(i for ranked in legs["claim"].values() for i in ranked))
         claim_rows = await db.claims(conn, caller, claim_ids)
         chunk_of = {cid: row["chunk_id"] for cid, row in claim_rows.items() if row["chunk_id"] is not None}
@@ -517,33 +518,31 @@ class Retrieval:
             dated = {cid for cid, row in claim_rows.items()
                      if row["claim_valid_from"] is not None or self._mentions_time(cid, row["source_span"])}
             dated |= {cid for cid, row in chunk_rows.items() if self._mentions_time(cid, row["chunk_text"])}
-        similarity: dict[uuid.UUID, float] = {}
+        # The second stage's dense signal for every nominee, and every nominated passage's units'.
+        dense = self.weights.dense
+        similarity, unit_cosine = await self.legs.similarities(
+            conn, caller.space_id, vector, claims=list(claim_rows) if dense else (),
+            chunks=list(chunk_rows) if dense else (), units_of=list(chunk_rows) if by_unit else ())
         coverage: dict[uuid.UUID, float] = {}
-        if self.weights.dense:  # the second stage's dense signal, for every nominee
-            for found_sims in await self.concurrently(conn, [
-                    lambda c: self.legs.similarities(c, "claim", caller.space_id, vector, list(claim_rows)),
-                    lambda c: self.legs.similarities(c, "chunk", caller.space_id, vector, list(chunk_rows))]):
-                similarity.update(found_sims)
         if self.weights.coverage:
             asked = frozenset(query_tokens(query))
             coverage = {cid: term_coverage(asked, self._terms(cid, row["claim_text"]))
                         for cid, row in claim_rows.items()}
             coverage |= {cid: term_coverage(asked, self._terms(cid, row["chunk_text"]))
                          for cid, row in chunk_rows.items()}
-        units = await self._unit_candidates(conn, caller, query, vector, nearest, claim_rows, chunk_rows) \
+        units = self._unit_candidates(query, dict(nearest) | unit_cosine, claim_rows, chunk_rows) \
             if by_unit else UnitCandidates()
         candidates = EvidenceCandidates(claims=legs["claim"], chunks=legs["chunk"], chunk_of=chunk_of,
                                         named=frozenset(named), dated=frozenset(dated), temporal=temporal,
                                         similarity=similarity, term_coverage=coverage, units=units)
         return candidates, claim_rows, chunk_rows, full
 
-    async def _unit_candidates(self, conn: asyncpg.Connection, caller: Caller, query: str, vector: Sequence[float],
-                               nearest: Sequence[tuple[UnitKey, float]], claim_rows: dict[uuid.UUID, Any],
-                               chunk_rows: dict[uuid.UUID, Any]) -> UnitCandidates:
-        """The units of every confirmed passage, ranked by their own vectors (with the space's
-        nearest units) and by BM25 over their own text; and which units each claim came from."""
+    def _unit_candidates(self, query: str, cosine: dict[UnitKey, float], claim_rows: dict[uuid.UUID, Any],
+                         chunk_rows: dict[uuid.UUID, Any]) -> UnitCandidates:
+        """The units of every confirmed passage, ranked by their own vectors (``cosine``: the
+        space's nearest units and every unit of the passages) and by BM25 over their own text;
+        and which units each claim came from."""
         of_chunk = {cid: [(cid, n) for n in range(len(self.unit_spans(cid, row)))] for cid, row in chunk_rows.items()}
-        cosine = dict(nearest) | await self.legs.unit_similarities(conn, caller.space_id, vector, list(chunk_rows))
         semantic = sorted((key for key in cosine if key[0] in of_chunk and key[1] < len(of_chunk[key[0]])),
                           key=lambda key: (-cosine[key], str(key[0]), key[1]))
         lexical: list[UnitKey] = []

@@ -130,7 +130,8 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                         assert all(1 - score <= cutoff for _, score in found), (kind, plan)  # recall 1.0 up to ties
                         if kind == "chunk":
                             assert all(chunk_docs[i] in visible_docs for i, _ in found), (plan, principals)
-                # The unit leg (turns and blocks by their own vectors): the same, unit by unit.
+                # The unit leg (turns and blocks by their own vectors, read with the chunk leg):
+                # the same, unit by unit.
                 unit_oracle = await conn.fetch(
                     f"""SELECT u.embedding <=> $3 AS distance FROM chunk_units u
                           JOIN chunks c ON c.chunk_id = u.chunk_id AND c.space_id = u.space_id
@@ -143,7 +144,8 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                         db.EXACT_SCAN_MAX = db.RESTRICTED_EXACT_SCAN_MAX = exact_max
                     try:
                         async with conn.transaction():
-                            units = await retrieval.legs.nearest_units(conn, caller, vector, 10)
+                            units = (await retrieval.legs.semantic(conn, "chunk", caller, vector, 10,
+                                                                   units=10)).units
                     finally:
                         db.EXACT_SCAN_MAX, db.RESTRICTED_EXACT_SCAN_MAX = saved
                     assert len(units) == len(unit_oracle) and all(1 - score <= cutoff for _, score in units)
