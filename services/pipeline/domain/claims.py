@@ -327,9 +327,23 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update|sorry|apologies|oops)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
+# the writer's frame around what they announce ("I'm delighted to share that …", "Please note that
+# …"): the statement is what follows; the frame's "I" is no part of it
+_AUTHOR_FRAME_RE = re.compile(
+    r"^(?:(?:I|we)(?:['’]m|['’]re|\s+am|\s+are)\s+(?:(?:very|so|really|truly)\s+)?"
+    r"(?:delighted|pleased|happy|glad|excited|thrilled|proud|sad|sorry)\s+to\s+"
+    r"|(?:I|we)\s+(?:can|wanted to|want to|would like to|['’]d like to)\s+|just\s+to\s+|(?:just\s+)?a\s+(?:quick\s+)?note\s+to\s+)"
+    r"(?:share|announce|report|confirm|say|inform you|let (?:you|everyone|you all|the team|all of you) know)"
+    r"(?:\s+that)?\s*[,:]?\s+(?=\S)|^please\s+(?:note|be aware)(?:\s+that)?\s*[,:]?\s+(?=\S)",
+    re.IGNORECASE,
+)
+# "Correction to my last mail: …": the words before the colon frame the correction (their "my"
+# is the writer's and needs no resolving; the reading keeps the correction)
+_CORRECTION_FRAME_RE = re.compile(r"^\s*(?:a\s+)?(?:correction|erratum)\s+(?:to|on|from|for)\s+[^:]{1,60}:\s+",
+                                  re.IGNORECASE)
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
 _CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
@@ -999,7 +1013,8 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     document = ctx.model.text
     start, end = sentence.start, sentence.end
     for _ in range(3):  # "ok. btw Wen joined …": each leading interjection
-        interjection = _INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+        interjection = (_INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+                        or _AUTHOR_FRAME_RE.match(document[start:end]))
         if not interjection or end - (start + interjection.end()) <= 0:
             break
         start += interjection.end()
@@ -1594,7 +1609,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
     edits: list[_Edit] = []
     if part.start == sentence.start and _DEMONSTRATIVE_SUBJECT_RE.match(text):
         return text.split()[0]
-    for match in _PRONOUN_RE.finditer(text):
+    frame = _CORRECTION_FRAME_RE.match(text)
+    for match in _PRONOUN_RE.finditer(text, frame.end() if frame else 0):
         word = match.group(1)
         lowered = word.lower().replace("’", "'")
         start, end = part.start + match.start(1), part.start + match.end(1)

@@ -123,6 +123,7 @@ silly weird strange cool fun painful crazy solid sensible reasonable slow fast""
 _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
+_FORMERLY = frozenset({"previously", "formerly"})
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -313,8 +314,15 @@ class _Clause:
     conditional: bool
 
 
+def _contrasted(prep: Any) -> bool:
+    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside."""
+    return any(c.dep_ == "neg" for c in prep.children)
+
+
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
+        if _contrasted(child):
+            continue
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
             objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
             key = child.lower_
@@ -379,7 +387,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             xcomp = child
         elif dep == "ccomp":
             ccomp = child
-        elif dep == "agent":
+        elif dep == "agent" and not _contrasted(child):
             agent = next((c for c in child.children if c.dep_ == "pobj"), None)
         elif dep == "advcl" and any(m.lower_ in ("if", "unless", "provided", "assuming") for m in child.children
                                     if m.dep_ == "mark"):
@@ -506,6 +514,7 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
+        formers: dict[tuple[str | None, str | None], str | None] = {}
         clauses = [c for c in sentence if c.dep_ == "relcl"]
         dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)] if clauses else []
         relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
@@ -534,9 +543,16 @@ def read(text: str) -> list[Reading]:
                 relative_clause = _clause(token, [token.head])
                 if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
                     relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
+                if any(t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in token.children):
+                    # "the cluster, which was previously hosted in Virginia, was moved to …": what
+                    # the main clause's change starts from
+                    formers.update(((r.subject, r.predicate), r.object)
+                                   for r in _read_clause(relative_clause, sentence, former=True) if r.kind == "relation")
+                    continue
                 for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
-                        subject = _np_text(token.head)
+                        # "the team, which is led by Omar": in a passive clause the noun is the object
+                        subject = reading.subject if relative_clause.passive else _np_text(token.head)
                         features = {**reading.features, "undated": True} if undated else reading.features
                         extra.append(_replace(reading, subject=subject, features=features))
         for head in heads:
@@ -548,6 +564,10 @@ def read(text: str) -> list[Reading]:
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             for reading in [*main, *extra]:
+                former = formers.get((reading.subject, reading.predicate))
+                if former and reading.kind == "relation" and reading.previous is None and reading.change == "succession" \
+                        and former != reading.object:
+                    reading = _replace(reading, previous=former)
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
                 if hedged and not reading.hedged:
@@ -614,7 +634,9 @@ def _replace(reading: Reading, **changes: object) -> Reading:
     return Reading(**values)  # type: ignore[arg-type]
 
 
-def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
+def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Reading]:
+    """The readings of one clause; ``former``: a clause marked "previously" read as the state it
+    says held before (its relations are the previous objects of the sentence's change)."""
     text = re.sub(r"\s+", " ", sentence.text).strip()
     verb = c.verb
     base = c.head.lemma_.lower()
@@ -638,8 +660,8 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
                         features={"predicate_text": rest} if rest else {})]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
-    if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
-           for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
+    if not former and any(t.dep_ == "advmod" and t.lower_ in _FORMERLY | {"once", "before", "earlier"}
+                          for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]
