@@ -124,6 +124,7 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+_HONORIFICS = frozenset("mr mrs ms miss mx dr prof professor sister nurse sir dame".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -139,13 +140,14 @@ evening afternoon night now then time moment end beginning start""".split())
 # a word with a number fused to it ("Lead0", "Person12") is a name even when the small model
 # tags it DATE; quarters and fiscal years ("Q3", "FY2026") have no lowercase run
 _NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
+_FISCAL_YEAR = re.compile(r"^FY-?(?:20)?\d{2}$")  # the small model tags "FY2026" a name
 
 
 def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
         # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
         return timeparse.month_number(token.text.rstrip("0123456789")) is not None
-    return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
+    return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS or bool(_FISCAL_YEAR.match(token.text))
 
 
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
@@ -230,6 +232,10 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
                 return _np_text(named)
     tokens = _np_tokens(token, keep)
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
+        tokens = tokens[1:]
+    # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
+    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in _HONORIFICS and tokens[1].text[:1].isupper() \
+            and tokens[1].is_alpha:
         tokens = tokens[1:]
     # "p95 latency of the search API": articles inside a name say nothing either
     tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
