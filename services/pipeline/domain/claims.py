@@ -163,8 +163,8 @@ def _is_fragment(doc: object) -> bool:
         return False
     for index in range(1, len(tokens) - 1):
         word, before, after = tokens[index], tokens[index - 1], tokens[index + 1]
-        if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN")
-                and after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV")):
+        if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN", "NUM")
+                and (after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV") or after.ent_type_ in ("DATE", "TIME"))):
             return False
     return True
 
@@ -292,7 +292,8 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
                 "maintained by": "maintainer", "run by": "lead", "steward": "owner",
-                "members": "member", "member": "member"}
+                "members": "member", "member": "member", "assignee": "owner", "assigned to": "owner",
+                "account owner": "owner"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # section headings that name no thing a field could be about
@@ -650,7 +651,8 @@ def _parse_document(document: str) -> _Model:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
                 short = len(document[value_start:content_end].split()) <= 3
-                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short:
+                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short or (
+                        _SUBJECTLESS_RE.match(document[value_start:content_end])):
                     # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
                     current = _UnitBuilder(line_start + indent, content_end, "list")
@@ -1116,6 +1118,18 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         value_start = start + dashed.start("value")
         return _subjectless(dashed.group("key").strip(), (start, start + dashed.end("key")), value_start,
                             start + dashed.end("value"), dashed.group("value").split()[0])
+    if dashed is not None and re.search(r"[—–]|\s--\s", text[:dashed.end("key") + 4]):
+        key, value = dashed.group("key").strip(), dashed.group("value")
+        value_start, value_end = start + dashed.start("value"), start + dashed.end("value")
+        inner = _FIELD_RE.match(value)
+        role = _FIELD_ROLES.get(inner.group("key").strip().lower()) if inner is not None else None
+        if inner is not None and role is not None and re.fullmatch(_NAME, inner.group("value").strip()):
+            # "Hiring plan — owner: Greta Lind": the dashed line's thing has the field's holder
+            return _Part(value_start + inner.start("value"), value_end, f"The {role} of {key} is",
+                         (start, start + dashed.end("key")))
+        if match is None and len(value.split()) <= 4 and value[:1].islower() and not re.search(r"\d", value):
+            # "Payroll export — done", "Vendor portal — blocked on legal": a status line
+            return _Part(value_start, value_end, f"{key} is", (start, start + dashed.end("key")))
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):
