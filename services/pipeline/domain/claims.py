@@ -292,7 +292,7 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
                 "maintained by": "maintainer", "run by": "lead", "steward": "owner",
-                "members": "member", "member": "member", "assignee": "owner", "assigned to": "owner",
+                "members": "member", "member": "member", "assignee": "assignee", "assigned to": "assignee",
                 "account owner": "owner"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
@@ -302,6 +302,9 @@ details owners ownership contacts people links references questions risks timeli
 minutes sync meeting standup stand-up retro retrospective review weekly daily chat dm call report changes
 next steps context team teams""".split())
 _DATE_KEYS = frozenset({"date", "when"})
+# a field line's key that names a value of the section's thing ("Severity: high"), not a speaker
+_VALUE_KEYS = frozenset("""status severity priority impact tier stage phase plan version environment eta deadline
+budget renewal""".split()) | {"renewal date", "due date", "target date", "go-live", "start date", "end date"}
 _LABEL_KEYS = frozenset("""
 summary decision decisions note notes update updates status action actions outcome outcomes result results context
 background
@@ -651,7 +654,7 @@ def _parse_document(document: str) -> _Model:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
                 short = len(document[value_start:content_end].split()) <= 3
-                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short or (
+                if lowered in _FIELD_ROLES or (lowered in _VALUE_KEYS or lowered in _PLACE_KEYS) and short or (
                         _SUBJECTLESS_RE.match(document[value_start:content_end])):
                     # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
@@ -1045,7 +1048,10 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
             return drop("not_prose", "table_row")
         _claimify(ctx, sentence, part, None, _normalise_space(f"{part.subject} {document[part.start:part.end]}"))
         return None
-    field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
+    # a list item or field line; in prose, a telegraphic line with no subject ("Reassigned to Ken
+    # on 15 April.") under a heading that names its thing
+    field = _field_part(ctx, sentence, start, end) if ctx.parsed and (sentence.unit.kind == "list" or (
+        sentence.unit.kind == "paragraph" and _SUBJECTLESS_RE.match(document[start:end]))) else None
     attribution = None if field is not None else _detect_attribution(ctx, start, end)
     parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
         ctx, sentence, start, end)
@@ -1066,8 +1072,13 @@ _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>
 _DASHED_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s+[—–-]{1,2}\s+(?P<value>\S.*?)\s*\.?\s*$")
 _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
-                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
+                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|(?:[Rr]e)?[Aa]ssigned|[Hh]anded|[Tt]ransferred|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
                              r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
+
+
+_TICKET_HEADING_RE = re.compile(r"^([A-Z][A-Z0-9]{1,9}-\d{1,7})(?=\s*[:—–-]|\s*$)")
+_KIND_HEADING_RE = re.compile(r"^([A-Za-z]+):\s+(\S.*)$")
+_REPLY_PREFIXES = frozenset({"re", "fwd", "fw", "aw", "wg", "sv", "tr"})
 
 
 def _last_heading(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
@@ -1084,6 +1095,14 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     found = _last_heading(ctx, position)
     if found is None:
         return None
+    title, span = found
+    ticket = _TICKET_HEADING_RE.match(title)
+    if ticket is not None:  # "# INC-4821: checkout timeouts": the ticket
+        return ticket.group(1), (span[0], span[0] + ticket.end(1))
+    kind = _KIND_HEADING_RE.match(title)
+    if kind is not None and kind.group(1).lower() not in _REPLY_PREFIXES:
+        # "# Account: Brightline Foods", "# Customer: Acme": the named thing
+        found = kind.group(2), (span[0] + kind.start(2), span[1])
     words = found[0].lower().replace("-", " ").split()
     # "## Team" names nothing, "## Quokka team" names a team
     generic = [w for w in words if w in _GENERIC_HEADINGS]
@@ -1140,7 +1159,8 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     role = _FIELD_ROLES.get(key.lower())
     name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
     if role is not None and name and heading is not None:
-        return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
+        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {heading[0]} is"
+        return _Part(value_start, value_end, subject, heading[1])
     if _SUBJECTLESS_RE.match(value):
         return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
     if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key) \

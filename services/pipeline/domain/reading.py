@@ -83,7 +83,8 @@ pipeline site portal engine server job repository repo dashboard bot model studi
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
-finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
+finished shipped deprecated stalled underway launched closed open resolved pending archived frozen investigating
+monitoring mitigated triaged reopened approved rejected""".split())
 
 # What one holds when one takes something over: a team, project or rota is led; a system,
 # document or asset is owned.
@@ -124,6 +125,8 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+# attributes whose values are grades ("severity: high", "the priority is low")
+_GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
 _HONORIFICS = frozenset("mr mrs ms miss mx dr prof professor sister nurse sir dame".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
@@ -926,7 +929,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if base in ("assign", "reassign", "allocate", "give", "hand"):
             target = _non_time(c.preps.get("to"))
             succession = "succession" if base in ("reassign", "hand") and change == "none" else change
-            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
+            source = _non_time(c.preps.get("from"))  # "reassigned from Lucia to Ken"
+            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text,
+                        previous=_np_text(source) if source is not None and _is_personish(source) else None)
         if base in _LOCATION_VERBS:
             # "deployed in Frankfurt and Dublin": one relation per place
             places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
@@ -1091,6 +1096,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             again = any(a.dep_ == "advmod" and a.lower_ in ("again", "now") for a in [*c.head.children,
                                                                                        *value.children])
             return [_attr(name, "status", value.lower_, succession if again else change, text, state=True)]
+        if value is not None and value.pos_ == "ADJ" and thing.lemma_.lower() in _GRADED_HEADS:
+            return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the severity is high"
         if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
                 and thing.pos_ != "PROPN" and not _is_valueish(value)):
             return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
@@ -1140,6 +1147,9 @@ def _status_change(c: _Clause) -> str | None:
         return "on hold"
     if c.passive and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:  # "is done"
         return c.head.lower_
+    if c.head.tag_ == "VBG" and c.head.lower_ in _STATUS_WORDS and not c.objects and not c.preps and any(
+            a.dep_ == "aux" and a.lemma_ == "be" for a in c.head.children) and not _is_person(subject):
+        return c.head.lower_  # "Status: investigating" read as "the incident is investigating"
     return None
 
 
