@@ -79,7 +79,8 @@ _PHRASE = {
 # Nouns too generic to name one referent on their own ("the system", "a card").
 BARE_HEAD_NOUNS = frozenset("""system app application card thing things team project document documents meeting
 plan plans issue issues problem process page service tool data work task tasks item items one people person
-something everything nothing it this that they we he she you i them us him her launch date""".split())
+something everything nothing it this that they we he she you i them us him her launch date company firm
+organisation organization business employer""".split())
 
 _STOP_LEADING = {"the", "a", "an", "our", "their", "his", "her", "its", "this", "that", "these", "those", "my",
                  "your"}
@@ -282,6 +283,7 @@ class ParseRelationProvider:
         for claim in claims:
             drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles, ended)
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+            drafts += _held_until_last_day(claim, drafts, ended)
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
                 if draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and not (
@@ -298,6 +300,27 @@ class ParseRelationProvider:
             aliases.update(_attributes_named(claim.claim_text, aliases))
             out.append((drafts, None if drafts else (reason or "unknown_predicate")))
         return out
+
+
+_LAST_DAY = re.compile(r"^(?P<person>.+?)['’]s? (?:last|final) (?:working )?day$", re.IGNORECASE)
+
+
+def _held_until_last_day(claim: ClaimView, drafts: list[AssertionDraft],
+                         ended: dict[str, list[tuple[str, str, dt.datetime | None]]]) -> list[AssertionDraft]:
+    """"Irene has resigned as head of finance; her last day is 30 June": each role an earlier
+    claim of the batch ended without a date was held until that last day."""
+    out = []
+    for draft in drafts:
+        match = _LAST_DAY.match(str(draft.features.get("attribute") or ""))
+        if match is None or claim.valid_from is None:
+            continue
+        person = clean_surface(match.group("person"))
+        for predicate, obj, end in ended.get(normalize_name(person), []):
+            if end is None:
+                out.append(AssertionDraft("relation", person, predicate=predicate, object=obj,
+                                          features={"until_claim": True,
+                                                    "until": _floor(claim.valid_from, "day").isoformat()}))
+    return out
 
 
 _CHANGE = {"none": "none", "succession": "succession", "correction": "correction", "negation": "negation",

@@ -93,6 +93,7 @@ committee effort workstream group guild department function process meeting sync
 division launch rollout""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
+experiment pilot trial study
 finance platform research product infrastructure management""".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
@@ -937,6 +938,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
                 c.preps.get("to") or c.preps.get("onto") if base in ("deploy", "move", "migrate", "ship") else None)
                 or [] if not _is_time(t)]  # "is deployed to AWS eu-west-1"
+            # "deployed to the notification service": a system is not a place
+            places = [p for p in places if _is_place(p) or p.lemma_.lower() not in _THING_HEADS]
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings
