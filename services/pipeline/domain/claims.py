@@ -420,6 +420,10 @@ _MEASUREMENT_RE = re.compile(
     r"|revenue|sales|errors?|rate|percent|per cent|costs?|spend|spent)\b|[%$€£]",
     re.IGNORECASE,
 )
+_FROM_TO_RE = re.compile(r"\bfrom\s+\S.*\bto\s+\S", re.IGNORECASE)
+# a measured quantity that moved on its own ("latency rose from 180 ms to 240 ms in October")
+_MEASURED_CHANGE_RE = re.compile(r"\b(?:fell|rose|grew|dropped|declined|climbed|reached|averaged|hit|totall?ed)\b",
+                                 re.IGNORECASE)
 _ATEMPORAL_RE = re.compile(r"\b(?:is defined as|means|stands for|consists of|is a type of|is a kind of)\b")
 _PAST_RE = re.compile(r"\b(?:\w{3,}ed|" + "|".join(sorted(_IRREGULAR_PAST)) + r")\b", re.IGNORECASE)
 
@@ -1481,7 +1485,9 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         if kind == "event_time" and precision in ("month", "quarter", "year"):
             outside = document[part.start:part.end]
             outside = outside[:chosen.start] + outside[chosen.end:]
-            if re.search(r"\d", outside) and _MEASUREMENT_RE.search(outside):
+            # "cut the spend from 42,000 USD to 35,000 USD in August": a change of state, not a measurement
+            if re.search(r"\d", outside) and _MEASUREMENT_RE.search(outside) and not (
+                    _FROM_TO_RE.search(outside) and not _MEASURED_CHANGE_RE.search(outside)):
                 kind = "measurement_period"
         if chosen.replacement is not None:
             edit = _Edit(part.start + chosen.edit_start, part.start + chosen.edit_end, chosen.replacement,

@@ -1041,11 +1041,14 @@ def _value_of(token: Any) -> str:
 
 def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
     base = c.head.lemma_.lower()
+    split = _object_read_as_clause(c)
+    if split is not None:
+        c, named = split
     thing = c.objects[0] if c.objects and not c.passive and base not in ("rise", "fall", "grow", "climb") else (
         c.subjects[0] if c.subjects else None)
     if thing is None or thing.lower_ in _PRONOUNS:
         return None
-    name = _np_text(thing, _ATTRIBUTE_PREPS)  # "headcount in customer success" names the attribute
+    name = _np_text(thing, _ATTRIBUTE_PREPS) if split is None else named  # "headcount in customer success"
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
@@ -1133,6 +1136,26 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(value), change, text,
                           state=True)]
     return None
+
+
+def _object_read_as_clause(c: _Clause) -> tuple[_Clause, str] | None:
+    """"We cut the monthly cloud spend from 42,000 USD to 35,000 USD": the small parser takes the
+    object's last noun ("spend", "cost", "budget") for a verb whose subject is the rest of the
+    phrase, and leaves the value verb without an object. Then that noun ends the object and
+    its from/to arguments are the verb's."""
+    if c.objects or c.passive or c.head.lemma_.lower() not in _VALUE_CHANGE or c.ccomp is None:
+        return None
+    inner = c.ccomp
+    subject = next((s for s in inner.children if s.dep_ == "nsubj" and s.right_edge.i + 1 == inner.i), None)
+    if subject is None or inner.tag_ not in ("VBP", "VB", "NN") or subject.lower_ in _PRONOUNS:
+        return None
+    preps: dict[str, list[Any]] = {}
+    _prep_args(inner, preps)
+    if not any(_is_amount(t) for key in ("to", "from", "by") for t in preps.get(key) or ()):
+        return None
+    name = f"{_np_text(subject)} {inner.text}"
+    return _Clause(inner, c.verb, c.subjects, [inner], preps, None, False, c.negated, c.no_longer, c.modal, None,
+                   None, None, None, None, c.conditional), name
 
 
 def _status_change(c: _Clause) -> str | None:
