@@ -349,6 +349,9 @@ def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
                     _prep_args(obj, into, depth + 1)  # a "from A to B" the parser hung under an object
         elif child.dep_ in ("dobj", "attr", "pobj") and depth < 2 and depth > 0:
             _prep_args(child, into, depth + 1)
+        elif child.dep_ == "advmod" and child.lower_ in ("back", "forward", "out") and child.i == head.i + 1 \
+                and head.lemma_.lower() in ("push", "bring", "pull"):
+            _prep_args(child, into, depth)  # "pushed back to 14 August": the particle carries "to"
 
 
 def _clause(head: Any, inherited: list[Any]) -> _Clause:
