@@ -126,6 +126,9 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+# what is held when "ownership of X" or "leadership of X" passes to someone
+_HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
+                  "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
 # attributes whose values are grades ("severity: high", "the priority is low")
 _GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
 _HONORIFICS = frozenset("mr mrs ms miss mx dr prof professor sister nurse sir dame".split())
@@ -819,6 +822,16 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
     source = _non_time(c.preps.get("from"))
     as_role = _role(_first(c.preps, "as"))
     succession = "succession" if change == "none" else change
+    holding = (c.objects[0] if c.objects and not c.passive else c.subjects[0] if c.subjects else None)
+    held = _HOLDING_NOUNS.get(holding.lemma_.lower()) if holding is not None else None
+    if held is not None and holding is not None and to is not None and (base in _MOVE or verb in _HAND_OVER) and (
+            _is_personish(to) or _is_group(to)):
+        # "ownership of the billing API moves from the payments team to the platform team"
+        of = next((o for p in holding.children if p.dep_ == "prep" and p.lower_ in ("of", "for")
+                   for o in p.children if o.dep_ == "pobj"), None)
+        if of is not None:
+            return _rel([_np_text(to)], held, _np_text(of), succession, text,
+                        previous_holder=_np_text(source) if source is not None else None)
     if verb in _TAKE_OVER or (base == "take" and c.objects and c.objects[0].lower_ == "over"):
         role = as_role
         if role is None and c.objects:
