@@ -339,7 +339,8 @@ _INTERJECTION_RE = re.compile(
 _AUTHOR_FRAME_RE = re.compile(
     r"^(?:(?:I|we)(?:['’]m|['’]re|\s+am|\s+are)\s+(?:(?:very|so|really|truly)\s+)?"
     r"(?:delighted|pleased|happy|glad|excited|thrilled|proud|sad|sorry)\s+to\s+"
-    r"|(?:I|we)\s+(?:can|wanted to|want to|would like to|['’]d like to)\s+|just\s+to\s+|(?:just\s+)?a\s+(?:quick\s+)?note\s+to\s+)"
+    r"|(?:I|we)\s+(?:can|wanted to|want to|would like to|['’]d like to)\s+|just\s+to\s+"
+    r"|(?:just\s+)?a\s+(?:quick\s+)?note\s+to\s+)"
     r"(?:share|announce|report|confirm|say|inform you|let (?:you|everyone|you all|the team|all of you) know)"
     r"(?:\s+that)?\s*[,:]?\s+(?=\S)|^please\s+(?:note|be aware)(?:\s+that)?\s*[,:]?\s+(?=\S)",
     re.IGNORECASE,

@@ -526,11 +526,9 @@ def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
     for predicate, obj, end in (ended or {}).get(normalize_name(predecessor), []):
         if normalize_name(obj) == key:
             continue
-        features = {**(extra or {})}
-        if claim.valid_from is None and end is not None:
-            features["since"] = _floor(end, "day").isoformat()
+        since = {"since": _floor(end, "day").isoformat()} if claim.valid_from is None and end is not None else {}
         drafts.append(AssertionDraft("relation", clean_surface(successor), predicate=predicate, object=obj,
-                                     change_kind="succession", features=features))
+                                     change_kind="succession", features={**(extra or {}), **since}))
     if drafts:
         return drafts
     for holder, held in sorted(roles.items()):

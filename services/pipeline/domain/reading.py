@@ -154,7 +154,8 @@ def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
         # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
         return timeparse.month_number(token.text.rstrip("0123456789")) is not None
-    return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS or bool(_FISCAL_YEAR.match(token.text))
+    return (token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
+            or bool(_FISCAL_YEAR.match(token.text)))
 
 
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
@@ -562,8 +563,8 @@ def read(text: str) -> list[Reading]:
                 if any(t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in token.children):
                     # "the cluster, which was previously hosted in Virginia, was moved to …": what
                     # the main clause's change starts from
-                    formers.update(((r.subject, r.predicate), r.object)
-                                   for r in _read_clause(relative_clause, sentence, former=True) if r.kind == "relation")
+                    formers.update(((r.subject, r.predicate), r.object) for r in
+                                   _read_clause(relative_clause, sentence, former=True) if r.kind == "relation")
                     continue
                 for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
@@ -581,8 +582,8 @@ def read(text: str) -> list[Reading]:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             for reading in [*main, *extra]:
                 former = formers.get((reading.subject, reading.predicate))
-                if former and reading.kind == "relation" and reading.previous is None and reading.change == "succession" \
-                        and former != reading.object:
+                if former and reading.kind == "relation" and reading.previous is None \
+                        and reading.change == "succession" and former != reading.object:
                     reading = _replace(reading, previous=former)
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
@@ -676,8 +677,9 @@ def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Rea
                         features={"predicate_text": rest} if rest else {})]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
-    if not former and any(t.dep_ == "advmod" and t.lower_ in _FORMERLY | {"once", "before", "earlier"}
-                          for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
+    earlier = not former and any(t.dep_ == "advmod" and t.lower_ in _FORMERLY | {"once", "before", "earlier"}
+                                 for t in c.head.children)
+    if earlier or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]

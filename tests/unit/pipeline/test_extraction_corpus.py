@@ -13,7 +13,18 @@ from bench._extraction import HELDOUT, Score, load_corpus, parse_extractor, run_
 
 SCENARIOS = load_corpus()
 # Scenarios the extractor is known to get wrong, with why (strict: fixing one fails here).
-KNOWN_MISSES: set[str] = set()
+KNOWN_MISSES: set[str] = {
+    # session 7's tuning scenarios the extractor still gets wrong:
+    "s7-ticket-reassigned",  # two undated statuses of one ticket contradict; the later does not supersede
+    "s7-crm-account-owner",  # "handed the Brightline Foods account over": "account" parsed as a verb
+    "s7-procurement-price",  # "the price" has no owner in its sentence ("per laptop" does not name one)
+    "s7-school-term",  # a class taken over is read as owned; "the trip to the museum" loses "museum"
+    "s7-negation-no-longer",  # an undated "no longer" contradicts the held fact but does not close it
+    "s7-not-facts",  # "Maybe Victor leads …": a hedge is kept as a flagged fact
+    "s7-rename",  # "the internal tool Quasar": the kind noun stays in the name
+    "s7-relative-next-week",  # a bare "on Friday" is kept as spoken; one date per claim
+    "s7-slack-first-person-lead",  # "handed it to me on Friday": the bare weekday is kept as spoken
+}
 
 
 def test_the_corpus_is_large_and_varied() -> None:
