@@ -1077,7 +1077,8 @@ _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>
 _DASHED_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s+[—–-]{1,2}\s+(?P<value>\S.*?)\s*\.?\s*$")
 _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
-                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|(?:[Rr]e)?[Aa]ssigned|[Hh]anded|[Tt]ransferred|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
+                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|(?:[Rr]e)?[Aa]ssigned|[Hh]anded|[Tt]ransferred"
+                             r"|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
                              r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
 
 
@@ -1105,7 +1106,7 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     if ticket is not None:  # "# INC-4821: checkout timeouts": the ticket
         return ticket.group(1), (span[0], span[0] + ticket.end(1))
     kind = _KIND_HEADING_RE.match(title)
-    if kind is not None and kind.group(1).lower() not in _REPLY_PREFIXES:
+    if kind is not None and kind.group(1).lower() not in _REPLY_PREFIXES | _GENERIC_HEADINGS | _LABEL_KEYS:
         # "# Account: Brightline Foods", "# Customer: Acme": the named thing
         found = kind.group(2), (span[0] + kind.start(2), span[1])
     words = found[0].lower().replace("-", " ").split()
