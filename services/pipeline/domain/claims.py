@@ -1902,6 +1902,8 @@ def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -
                 continue
         if any(w.group() in _FUNCTION_WORDS or w.group() in _AUX for w in words):
             continue
+        while len(words) > 1 and words[-1].group() in _TRAILING_ADVERBS:
+            words = words[:-1]  # "the pricing experiment now, …": the adverb is no part of the noun phrase
         following = document[match.end():match.end() + 2]
         if len(words) > 1 and _is_verbish(words[-1].group()) and following[:1] == " " and following[1:2].isalpha():
             # "the billing migration moves in Q2": the last word is the verb, not part of the noun phrase
@@ -1909,6 +1911,9 @@ def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -
         np_end = match.start(1) + words[-1].end()
         found.append(("the " + " ".join(w.group() for w in words), (match.start(), np_end)))
     return found
+
+
+_TRAILING_ADVERBS = frozenset("now today again too also still already yet anymore soon".split())
 
 
 # Heads that name a person's role: "it" never refers to them ("the owner of the checklist … owns it").
