@@ -126,6 +126,8 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+# nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
+_KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
 # what is held when "ownership of X" or "leadership of X" passes to someone
 _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
@@ -247,6 +249,12 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
         tokens = tokens[1:]
     # "p95 latency of the search API": articles inside a name say nothing either
     tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
+    # "the internal tool Quasar", "our CRM system Hubbl": a kind noun before a name is no part of it
+    kind = next((i for i in range(len(tokens) - 1, 0, -1) if tokens[i - 1].pos_ == "NOUN"
+                 and tokens[i - 1].text.islower() and tokens[i - 1].lemma_.lower() in _THING_HEADS | _KIND_NOUNS
+                 and all(t.pos_ == "PROPN" and t.text.istitle() for t in tokens[i:])), None)
+    if kind is not None and tokens[kind - 1].i + 1 == tokens[kind].i:
+        tokens = tokens[kind:]
     text = "".join(t.text_with_ws for t in tokens).strip()
     return re.sub(r"\s+", " ", text).strip(" ,.;:")
 

@@ -21,7 +21,6 @@ KNOWN_MISSES: set[str] = {
     "s7-school-term",  # a class taken over is read as owned; "the trip to the museum" loses "museum"
     "s7-negation-no-longer",  # an undated "no longer" contradicts the held fact but does not close it
     "s7-not-facts",  # "Maybe Victor leads …": a hedge is kept as a flagged fact
-    "s7-rename",  # "the internal tool Quasar": the kind noun stays in the name
     "s7-relative-next-week",  # a bare "on Friday" is kept as spoken; one date per claim
     "s7-slack-first-person-lead",  # "handed it to me on Friday": the bare weekday is kept as spoken
 }
