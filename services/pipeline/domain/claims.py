@@ -1244,6 +1244,9 @@ def _has_anchor(ctx: _Context, statement: str, in_turn: bool) -> bool:
             return True
     if words and _name_like_initial(ctx.model, _strip_possessive(words[0]), words[1:]):
         return True
+    if words and words[0][:1].isupper() and _strip_possessive(words[0]) != words[0] \
+            and _strip_possessive(words[0]) not in _CAPITALISED_STOP:
+        return True  # "Priya's team owns …": a named possessor makes the noun specific
     lowered = [w.lower() for w in words]
     pronouns = {"i", "we", "he", "she", "it", "they", "my", "our", "his", "her", "its", "their", "me", "us", "him",
                 "them", "i'm", "we're", "he's", "she's", "it's", "i'll", "we'll", "i've", "we've"}
