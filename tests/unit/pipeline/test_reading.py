@@ -398,3 +398,9 @@ def test_an_authors_frame_is_no_part_of_the_claim() -> None:
     text = "# News\n\nI'm delighted to share that Kwame Asante has been promoted to head of customer support.\n"
     found, _ = extract_parsed_claims(ExtractionInput(text, Passage("p", 0, len(text)), SAID, None))
     assert [d.claim_text for d in found] == ["Kwame Asante has been promoted to head of customer support."]
+
+
+def test_a_named_possessor_makes_a_statement_specific() -> None:
+    text = "# Team notes\n\nPriya's team owns the search indexer.\n"
+    found, _ = extract_parsed_claims(ExtractionInput(text, Passage("p", 0, len(text)), SAID, None))
+    assert [d.claim_text for d in found] == ["Priya's team owns the search indexer."]
