@@ -53,7 +53,8 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 # blind in session 5 and scored before that session's extractor work merged, scored
 # 0.63 / 0.56 then and 0.66 / 0.56 after. Batch 6, written in session 6 before the extractor
 # was changed for it, scored 0.67 / 0.48 when it was added and 0.75 / 0.70 after that
-# session's phenomenon-level readings (none tuned on its sentences).
+# session's phenomenon-level readings (none tuned on its sentences). Session 7's readings, built
+# on its own s7- scenarios, moved batch 4 to 0.72 / 0.63 and batch 6 to 0.77 / 0.73.
 HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.88, 0.92), "batch 4": (0.58, 0.42),
                   "batch 5": (0.61, 0.51), "batch 6": (0.72, 0.66)}
 HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}, "batch 5": {5}, "batch 6": {6}}
