@@ -1037,6 +1037,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             return _rel(subjects, "located_in", _np_text(place), change, text)
     if base == "host" and c.objects and c.subjects and _is_place(c.subjects[0]):
         return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(c.subjects[0]), change, text)
+    if base in ("host", "deploy", "store", "keep", "house", "base", "locate") and c.objects and not c.passive:
+        # "we're hosting the analytics DB in Paris now": the object is where the place says
+        place = _non_time(c.preps.get("in") or c.preps.get("at"))
+        if place is not None and _is_place(place):
+            return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(place), change, text)
     predicate = _VERB_PREDICATES.get(verb) or _VERB_PREDICATES.get(base)
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:

@@ -404,3 +404,7 @@ def test_a_named_possessor_makes_a_statement_specific() -> None:
     text = "# Team notes\n\nPriya's team owns the search indexer.\n"
     found, _ = extract_parsed_claims(ExtractionInput(text, Passage("p", 0, len(text)), SAID, None))
     assert [d.claim_text for d in found] == ["Priya's team owns the search indexer."]
+
+
+def test_a_thing_someone_hosts_in_a_place_is_located_there() -> None:
+    assert relations("We store the backups in Frankfurt.") == {("backups", "located_in", "Frankfurt")}
