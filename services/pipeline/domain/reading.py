@@ -126,6 +126,7 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+_SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
 # what is held when "ownership of X" or "leadership of X" passes to someone
@@ -885,6 +886,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
+        if destination is not None and destination.lemma_.lower() in _SITE_NOUNS:
+            # "moved to a new site in Bradford": the place the site is in
+            destination = next((o for p in destination.children if p.dep_ == "prep" and p.lower_ in ("in", "at")
+                                for o in p.children if o.dep_ == "pobj" and _is_place(o)), destination)
         if destination is None or _is_amount(destination):
             return None  # "the price went from 30 USD to 35 USD": a value changes (an attribute)
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)

@@ -408,3 +408,8 @@ def test_a_named_possessor_makes_a_statement_specific() -> None:
 
 def test_a_thing_someone_hosts_in_a_place_is_located_there() -> None:
     assert relations("We store the backups in Frankfurt.") == {("backups", "located_in", "Frankfurt")}
+
+
+def test_a_move_to_a_site_in_a_place_is_a_move_to_that_place() -> None:
+    assert ("Leeds warehouse", "located_in", "Bradford") in relations(
+        "The Leeds warehouse has moved to a new site in Bradford.")
