@@ -163,8 +163,8 @@ def _is_fragment(doc: object) -> bool:
         return False
     for index in range(1, len(tokens) - 1):
         word, before, after = tokens[index], tokens[index - 1], tokens[index + 1]
-        if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN")
-                and after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV")):
+        if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN", "NUM")
+                and (after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV") or after.ent_type_ in ("DATE", "TIME"))):
             return False
     return True
 
@@ -292,7 +292,8 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "manager": "manager", "maintainer": "maintainer", "maintainers": "maintainer", "sponsor": "sponsor",
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
                 "maintained by": "maintainer", "run by": "lead", "steward": "owner",
-                "members": "member", "member": "member"}
+                "members": "member", "member": "member", "assignee": "assignee", "assigned to": "assignee",
+                "account owner": "owner"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # section headings that name no thing a field could be about
@@ -301,6 +302,9 @@ details owners ownership contacts people links references questions risks timeli
 minutes sync meeting standup stand-up retro retrospective review weekly daily chat dm call report changes
 next steps context team teams""".split())
 _DATE_KEYS = frozenset({"date", "when"})
+# a field line's key that names a value of the section's thing ("Severity: high"), not a speaker
+_VALUE_KEYS = frozenset("""status severity priority impact tier stage phase plan version environment eta deadline
+budget renewal""".split()) | {"renewal date", "due date", "target date", "go-live", "start date", "end date"}
 _LABEL_KEYS = frozenset("""
 summary decision decisions note notes update updates status action actions outcome outcomes result results context
 background
@@ -327,9 +331,24 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update|sorry|apologies|oops)\s*[,!:]\s+(?=\S)",
     re.IGNORECASE,
 )
+# the writer's frame around what they announce ("I'm delighted to share that …", "Please note that
+# …"): the statement is what follows; the frame's "I" is no part of it
+_AUTHOR_FRAME_RE = re.compile(
+    r"^(?:(?:I|we)(?:['’]m|['’]re|\s+am|\s+are)\s+(?:(?:very|so|really|truly)\s+)?"
+    r"(?:delighted|pleased|happy|glad|excited|thrilled|proud|sad|sorry)\s+to\s+"
+    r"|(?:I|we)\s+(?:can|wanted to|want to|would like to|['’]d like to)\s+|just\s+to\s+"
+    r"|(?:just\s+)?a\s+(?:quick\s+)?note\s+to\s+)"
+    r"(?:share|announce|report|confirm|say|inform you|let (?:you|everyone|you all|the team|all of you) know)"
+    r"(?:\s+that)?\s*[,:]?\s+(?=\S)|^please\s+(?:note|be aware)(?:\s+that)?\s*[,:]?\s+(?=\S)",
+    re.IGNORECASE,
+)
+# "Correction to my last mail: …": the words before the colon frame the correction (their "my"
+# is the writer's and needs no resolving; the reading keeps the correction)
+_CORRECTION_FRAME_RE = re.compile(r"^\s*(?:a\s+)?(?:correction|erratum)\s+(?:to|on|from|for)\s+[^:]{1,60}:\s+",
+                                  re.IGNORECASE)
 
 # chat fillers that need no comma ("btw Wen joined", "ok. fyi the build is green")
 _CHAT_FILLER_RE = re.compile(r"^(?:btw|fyi|fwiw|ok|okay|oh|lol|heads up|also|(?:big|good|great|some) news)"
@@ -402,6 +421,10 @@ _MEASUREMENT_RE = re.compile(
     r"|revenue|sales|errors?|rate|percent|per cent|costs?|spend|spent)\b|[%$€£]",
     re.IGNORECASE,
 )
+_FROM_TO_RE = re.compile(r"\bfrom\s+\S.*\bto\s+\S", re.IGNORECASE)
+# a measured quantity that moved on its own ("latency rose from 180 ms to 240 ms in October")
+_MEASURED_CHANGE_RE = re.compile(r"\b(?:fell|rose|grew|dropped|declined|climbed|reached|averaged|hit|totall?ed)\b",
+                                 re.IGNORECASE)
 _ATEMPORAL_RE = re.compile(r"\b(?:is defined as|means|stands for|consists of|is a type of|is a kind of)\b")
 _PAST_RE = re.compile(r"\b(?:\w{3,}ed|" + "|".join(sorted(_IRREGULAR_PAST)) + r")\b", re.IGNORECASE)
 
@@ -636,7 +659,8 @@ def _parse_document(document: str) -> _Model:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
                 short = len(document[value_start:content_end].split()) <= 3
-                if lowered in _FIELD_ROLES or (lowered == "status" or lowered in _PLACE_KEYS) and short:
+                if lowered in _FIELD_ROLES or (lowered in _VALUE_KEYS or lowered in _PLACE_KEYS) and short or (
+                        _SUBJECTLESS_RE.match(document[value_start:content_end])):
                     # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
                     current = _UnitBuilder(line_start + indent, content_end, "list")
@@ -999,7 +1023,8 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     document = ctx.model.text
     start, end = sentence.start, sentence.end
     for _ in range(3):  # "ok. btw Wen joined …": each leading interjection
-        interjection = _INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+        interjection = (_INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
+                        or _AUTHOR_FRAME_RE.match(document[start:end]))
         if not interjection or end - (start + interjection.end()) <= 0:
             break
         start += interjection.end()
@@ -1028,7 +1053,10 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
             return drop("not_prose", "table_row")
         _claimify(ctx, sentence, part, None, _normalise_space(f"{part.subject} {document[part.start:part.end]}"))
         return None
-    field = _field_part(ctx, sentence, start, end) if ctx.parsed and sentence.unit.kind == "list" else None
+    # a list item or field line; in prose, a telegraphic line with no subject ("Reassigned to Ken
+    # on 15 April.") under a heading that names its thing
+    field = _field_part(ctx, sentence, start, end) if ctx.parsed and (sentence.unit.kind == "list" or (
+        sentence.unit.kind == "paragraph" and _SUBJECTLESS_RE.match(document[start:end]))) else None
     attribution = None if field is not None else _detect_attribution(ctx, start, end)
     parts = [field] if field is not None else [_Part(start, end)] if attribution else _split_conjunctions(
         ctx, sentence, start, end)
@@ -1049,8 +1077,14 @@ _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s*:\s+(?P<value>
 _DASHED_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][\w '’/&.-]{0,60}?)\s+[—–-]{1,2}\s+(?P<value>\S.*?)\s*\.?\s*$")
 _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles the subjectless forms start with
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
-                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
+                             r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|(?:[Rr]e)?[Aa]ssigned|[Hh]anded|[Tt]ransferred"
+                             r"|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
                              r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
+
+
+_TICKET_HEADING_RE = re.compile(r"^([A-Z][A-Z0-9]{1,9}-\d{1,7})(?=\s*[:—–-]|\s*$)")
+_KIND_HEADING_RE = re.compile(r"^([A-Za-z]+):\s+(\S.*)$")
+_REPLY_PREFIXES = frozenset({"re", "fwd", "fw", "aw", "wg", "sv", "tr"})
 
 
 def _last_heading(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
@@ -1067,6 +1101,14 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     found = _last_heading(ctx, position)
     if found is None:
         return None
+    title, span = found
+    ticket = _TICKET_HEADING_RE.match(title)
+    if ticket is not None:  # "# INC-4821: checkout timeouts": the ticket
+        return ticket.group(1), (span[0], span[0] + ticket.end(1))
+    kind = _KIND_HEADING_RE.match(title)
+    if kind is not None and kind.group(1).lower() not in _REPLY_PREFIXES | _GENERIC_HEADINGS | _LABEL_KEYS:
+        # "# Account: Brightline Foods", "# Customer: Acme": the named thing
+        found = kind.group(2), (span[0] + kind.start(2), span[1])
     words = found[0].lower().replace("-", " ").split()
     # "## Team" names nothing, "## Quokka team" names a team
     generic = [w for w in words if w in _GENERIC_HEADINGS]
@@ -1101,6 +1143,18 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         value_start = start + dashed.start("value")
         return _subjectless(dashed.group("key").strip(), (start, start + dashed.end("key")), value_start,
                             start + dashed.end("value"), dashed.group("value").split()[0])
+    if dashed is not None and re.search(r"[—–]|\s--\s", text[:dashed.end("key") + 4]):
+        key, value = dashed.group("key").strip(), dashed.group("value")
+        value_start, value_end = start + dashed.start("value"), start + dashed.end("value")
+        inner = _FIELD_RE.match(value)
+        role = _FIELD_ROLES.get(inner.group("key").strip().lower()) if inner is not None else None
+        if inner is not None and role is not None and re.fullmatch(_NAME, inner.group("value").strip()):
+            # "Hiring plan — owner: Greta Lind": the dashed line's thing has the field's holder
+            return _Part(value_start + inner.start("value"), value_end, f"The {role} of {key} is",
+                         (start, start + dashed.end("key")))
+        if match is None and len(value.split()) <= 4 and value[:1].islower() and not re.search(r"\d", value):
+            # "Payroll export — done", "Vendor portal — blocked on legal": a status line
+            return _Part(value_start, value_end, f"{key} is", (start, start + dashed.end("key")))
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):
@@ -1111,7 +1165,8 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     role = _FIELD_ROLES.get(key.lower())
     name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
     if role is not None and name and heading is not None:
-        return _Part(value_start, value_end, f"The {role} of {heading[0]} is", heading[1])
+        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {heading[0]} is"
+        return _Part(value_start, value_end, subject, heading[1])
     if _SUBJECTLESS_RE.match(value):
         return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
     if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key) \
@@ -1189,6 +1244,9 @@ def _has_anchor(ctx: _Context, statement: str, in_turn: bool) -> bool:
             return True
     if words and _name_like_initial(ctx.model, _strip_possessive(words[0]), words[1:]):
         return True
+    if words and words[0][:1].isupper() and _strip_possessive(words[0]) != words[0] \
+            and _strip_possessive(words[0]) not in _CAPITALISED_STOP:
+        return True  # "Priya's team owns …": a named possessor makes the noun specific
     lowered = [w.lower() for w in words]
     pronouns = {"i", "we", "he", "she", "it", "they", "my", "our", "his", "her", "its", "their", "me", "us", "him",
                 "them", "i'm", "we're", "he's", "she's", "it's", "i'll", "we'll", "i've", "we've"}
@@ -1432,7 +1490,9 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         if kind == "event_time" and precision in ("month", "quarter", "year"):
             outside = document[part.start:part.end]
             outside = outside[:chosen.start] + outside[chosen.end:]
-            if re.search(r"\d", outside) and _MEASUREMENT_RE.search(outside):
+            # "cut the spend from 42,000 USD to 35,000 USD in August": a change of state, not a measurement
+            if re.search(r"\d", outside) and _MEASUREMENT_RE.search(outside) and not (
+                    _FROM_TO_RE.search(outside) and not _MEASURED_CHANGE_RE.search(outside)):
                 kind = "measurement_period"
         if chosen.replacement is not None:
             edit = _Edit(part.start + chosen.edit_start, part.start + chosen.edit_end, chosen.replacement,
@@ -1594,7 +1654,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
     edits: list[_Edit] = []
     if part.start == sentence.start and _DEMONSTRATIVE_SUBJECT_RE.match(text):
         return text.split()[0]
-    for match in _PRONOUN_RE.finditer(text):
+    frame = _CORRECTION_FRAME_RE.match(text)
+    for match in _PRONOUN_RE.finditer(text, frame.end() if frame else 0):
         word = match.group(1)
         lowered = word.lower().replace("’", "'")
         start, end = part.start + match.start(1), part.start + match.end(1)
@@ -1844,6 +1905,8 @@ def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -
                 continue
         if any(w.group() in _FUNCTION_WORDS or w.group() in _AUX for w in words):
             continue
+        while len(words) > 1 and words[-1].group() in _TRAILING_ADVERBS:
+            words = words[:-1]  # "the pricing experiment now, …": the adverb is no part of the noun phrase
         following = document[match.end():match.end() + 2]
         if len(words) > 1 and _is_verbish(words[-1].group()) and following[:1] == " " and following[1:2].isalpha():
             # "the billing migration moves in Q2": the last word is the verb, not part of the noun phrase
@@ -1851,6 +1914,9 @@ def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -
         np_end = match.start(1) + words[-1].end()
         found.append(("the " + " ".join(w.group() for w in words), (match.start(), np_end)))
     return found
+
+
+_TRAILING_ADVERBS = frozenset("now today again too also still already yet anymore soon".split())
 
 
 # Heads that name a person's role: "it" never refers to them ("the owner of the checklist … owns it").

@@ -79,7 +79,8 @@ _PHRASE = {
 # Nouns too generic to name one referent on their own ("the system", "a card").
 BARE_HEAD_NOUNS = frozenset("""system app application card thing things team project document documents meeting
 plan plans issue issues problem process page service tool data work task tasks item items one people person
-something everything nothing it this that they we he she you i them us him her launch date""".split())
+something everything nothing it this that they we he she you i them us him her launch date company firm
+organisation organization business employer""".split())
 
 _STOP_LEADING = {"the", "a", "an", "our", "their", "his", "her", "its", "this", "that", "these", "those", "my",
                  "your"}
@@ -277,10 +278,12 @@ class ParseRelationProvider:
         aliases = set(known_aliases)
         definitions: dict[str, str] = {}
         roles: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
+        ended: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
         out = []
         for claim in claims:
-            drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles)
+            drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles, ended)
             drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+            drafts += _held_until_last_day(claim, drafts, ended)
             for draft in drafts:
                 aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
                 if draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and not (
@@ -288,11 +291,36 @@ class ParseRelationProvider:
                         or draft.change_kind == "negation"):
                     roles.setdefault(normalize_name(draft.subject), []).append(
                         (draft.predicate, draft.object, claim_window(claim, draft).valid_from))
+                elif draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and (
+                        draft.features.get("ends")):  # "X stepped down as chair of Y on 9 October"
+                    ended.setdefault(normalize_name(draft.subject), []).append(
+                        (draft.predicate, draft.object, claim.valid_from))
                 if draft.features.get("attribute"):  # "the new deadline" can refer back to it
                     aliases.add(normalize_name(str(draft.features["attribute"])))
             aliases.update(_attributes_named(claim.claim_text, aliases))
             out.append((drafts, None if drafts else (reason or "unknown_predicate")))
         return out
+
+
+_LAST_DAY = re.compile(r"^(?P<person>.+?)['’]s? (?:last|final) (?:working )?day$", re.IGNORECASE)
+
+
+def _held_until_last_day(claim: ClaimView, drafts: list[AssertionDraft],
+                         ended: dict[str, list[tuple[str, str, dt.datetime | None]]]) -> list[AssertionDraft]:
+    """"Irene has resigned as head of finance; her last day is 30 June": each role an earlier
+    claim of the batch ended without a date was held until that last day."""
+    out = []
+    for draft in drafts:
+        match = _LAST_DAY.match(str(draft.features.get("attribute") or ""))
+        if match is None or claim.valid_from is None:
+            continue
+        person = clean_surface(match.group("person"))
+        for predicate, obj, end in ended.get(normalize_name(person), []):
+            if end is None:
+                out.append(AssertionDraft("relation", person, predicate=predicate, object=obj,
+                                          features={"until_claim": True,
+                                                    "until": _floor(claim.valid_from, "day").isoformat()}))
+    return out
 
 
 _CHANGE = {"none": "none", "succession": "succession", "correction": "correction", "negation": "negation",
@@ -301,13 +329,15 @@ _CHANGE = {"none": "none", "succession": "succession", "correction": "correction
 
 def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                definitions: dict[str, str] | None = None,
-               roles: dict[str, list[tuple[str, str, dt.datetime | None]]] | None = None
+               roles: dict[str, list[tuple[str, str, dt.datetime | None]]] | None = None,
+               ended: dict[str, list[tuple[str, str, dt.datetime | None]]] | None = None,
                ) -> tuple[list[AssertionDraft], str | None]:
     """A claim's assertions from its parse, or ([], reason). ``definitions`` carries what
     earlier claims of the batch defined ("Kestrel is the team …" → "team": "Kestrel") and is
     updated with this claim's definitions; ``roles`` the functional roles (leads, owns,
     sponsors) earlier claims of the batch gave each holder, with their start, for "X succeeds
-    Y" said without a role."""
+    Y" said without a role; ``ended`` those earlier claims ended, with their end, for "Y was
+    succeeded by X" after Y stepped down."""
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
@@ -356,7 +386,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             reason = reason or "reported_speech"
             continue
         if r.kind == "succession":
-            successor_drafts = succession_drafts(claim, r.subject or "", r.previous_holder or "", roles or {}, extra)
+            successor_drafts = succession_drafts(claim, r.subject or "", r.previous_holder or "", roles or {}, extra,
+                                                 ended or {})
             drafts.extend(successor_drafts)
             reason = reason or (None if successor_drafts else "succession_without_role")
             continue
@@ -480,15 +511,26 @@ def relation_drafts(subject: str, predicate: str, obj: str, change: str, *, prev
 
 def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
                       roles: dict[str, list[tuple[str, str, dt.datetime | None]]],
-                      extra: dict[str, object] | None = None) -> list[AssertionDraft]:
+                      extra: dict[str, object] | None = None,
+                      ended: dict[str, list[tuple[str, str, dt.datetime | None]]] | None = None
+                      ) -> list[AssertionDraft]:
     """"He succeeds Paula Greco" with no role named: Paula held each functional role the
     successor holds in the same document, until the claim's date, else the successor's start,
-    else the day it was said."""
+    else the day it was said. "Paula stepped down as chair …, and was succeeded by Ines": Ines
+    holds each role Paula's earlier claim ended, from its end (when this claim has no date)."""
     predecessor = clean_surface(predecessor)
     key = normalize_name(clean_surface(successor))
     if not key or not is_entity_name(predecessor):
         return []
     drafts = []
+    for predicate, obj, end in (ended or {}).get(normalize_name(predecessor), []):
+        if normalize_name(obj) == key:
+            continue
+        since = {"since": _floor(end, "day").isoformat()} if claim.valid_from is None and end is not None else {}
+        drafts.append(AssertionDraft("relation", clean_surface(successor), predicate=predicate, object=obj,
+                                     change_kind="succession", features={**(extra or {}), **since}))
+    if drafts:
+        return drafts
     for holder, held in sorted(roles.items()):
         if not compatible(key, holder):
             continue
@@ -570,9 +612,18 @@ def _attribute_reference(attribute: str, known_aliases: frozenset[str]) -> tuple
     return attribute, renewed and rest != attribute
 
 
+_TEAM_WORDS = frozenset("team squad crew tribe pod".split())
+
+
 def _bare_reference(surface: str, known_aliases: frozenset[str]) -> str:
     """"the service" after "the feature flag service": the one known name with that head."""
     key = normalize_name(surface)
+    if key and " " not in key and surface[:1].isupper() and key not in known_aliases:
+        # "Osprey also maintains …" after "Team Osprey owns …": the one team of that name
+        teams = {alias for alias in known_aliases if len(alias.split()) == 2 and key in alias.split()
+                 and set(alias.split()) - {key} <= _TEAM_WORDS}
+        if len(teams) == 1:
+            return next(iter(teams))
     if not key or " " in key or surface[:1].isupper() and key not in BARE_HEAD_NOUNS:
         return surface
     matches = {alias for alias in known_aliases if alias != key and len(alias.split()) > 1
@@ -699,7 +750,9 @@ def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
     if draft.features.get("undated"):
         return UNKNOWN
     window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
-    until = draft.features.get("until")
+    until, since = draft.features.get("until"), draft.features.get("since")
+    if isinstance(since, str):
+        return Window(dt.datetime.fromisoformat(since), None, "open")  # a start another claim dated
     if draft.features.get("until_claim") and isinstance(until, str):
         return Window(None, dt.datetime.fromisoformat(until), "day")  # an end another claim dated
     if draft.features.get("until_claim"):

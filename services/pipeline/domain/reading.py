@@ -83,7 +83,8 @@ pipeline site portal engine server job repository repo dashboard bot model studi
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
-finished shipped deprecated stalled underway launched closed open resolved pending archived frozen""".split())
+finished shipped deprecated stalled underway launched closed open resolved pending archived frozen investigating
+monitoring mitigated triaged reopened approved rejected""".split())
 
 # What one holds when one takes something over: a team, project or rota is led; a system,
 # document or asset is owned.
@@ -92,6 +93,7 @@ committee effort workstream group guild department function process meeting sync
 division launch rollout""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
+experiment pilot trial study
 finance platform research product infrastructure management""".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
@@ -123,6 +125,16 @@ silly weird strange cool fun painful crazy solid sensible reasonable slow fast""
 _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
+_FORMERLY = frozenset({"previously", "formerly"})
+_SITE_NOUNS = frozenset("site location building premises facility place home office".split())
+# nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
+_KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
+# what is held when "ownership of X" or "leadership of X" passes to someone
+_HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
+                  "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
+# attributes whose values are grades ("severity: high", "the priority is low")
+_GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
+_HONORIFICS = frozenset("mr mrs ms miss mx dr prof professor sister nurse sir dame".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -138,13 +150,15 @@ evening afternoon night now then time moment end beginning start""".split())
 # a word with a number fused to it ("Lead0", "Person12") is a name even when the small model
 # tags it DATE; quarters and fiscal years ("Q3", "FY2026") have no lowercase run
 _NUMBERED_NAME = re.compile(r"^[A-Z][a-z]{2,}\d+$")
+_FISCAL_YEAR = re.compile(r"^FY-?(?:20)?\d{2}$")  # the small model tags "FY2026" a name
 
 
 def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
         # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
         return timeparse.month_number(token.text.rstrip("0123456789")) is not None
-    return token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
+    return (token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
+            or bool(_FISCAL_YEAR.match(token.text)))
 
 
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
@@ -230,8 +244,18 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     tokens = _np_tokens(token, keep)
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
+    # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
+    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in _HONORIFICS and tokens[1].text[:1].isupper() \
+            and tokens[1].is_alpha:
+        tokens = tokens[1:]
     # "p95 latency of the search API": articles inside a name say nothing either
     tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
+    # "the internal tool Quasar", "our CRM system Hubbl": a kind noun before a name is no part of it
+    kind = next((i for i in range(len(tokens) - 1, 0, -1) if tokens[i - 1].pos_ == "NOUN"
+                 and tokens[i - 1].text.islower() and tokens[i - 1].lemma_.lower() in _THING_HEADS | _KIND_NOUNS
+                 and all(t.pos_ == "PROPN" and t.text.istitle() for t in tokens[i:])), None)
+    if kind is not None and tokens[kind - 1].i + 1 == tokens[kind].i:
+        tokens = tokens[kind:]
     text = "".join(t.text_with_ws for t in tokens).strip()
     return re.sub(r"\s+", " ", text).strip(" ,.;:")
 
@@ -313,8 +337,15 @@ class _Clause:
     conditional: bool
 
 
+def _contrasted(prep: Any) -> bool:
+    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside."""
+    return any(c.dep_ == "neg" for c in prep.children)
+
+
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
+        if _contrasted(child):
+            continue
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
             objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
             key = child.lower_
@@ -331,6 +362,9 @@ def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
                     _prep_args(obj, into, depth + 1)  # a "from A to B" the parser hung under an object
         elif child.dep_ in ("dobj", "attr", "pobj") and depth < 2 and depth > 0:
             _prep_args(child, into, depth + 1)
+        elif child.dep_ == "advmod" and child.lower_ in ("back", "forward", "out") and child.i == head.i + 1 \
+                and head.lemma_.lower() in ("push", "bring", "pull"):
+            _prep_args(child, into, depth)  # "pushed back to 14 August": the particle carries "to"
 
 
 def _clause(head: Any, inherited: list[Any]) -> _Clause:
@@ -379,7 +413,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             xcomp = child
         elif dep == "ccomp":
             ccomp = child
-        elif dep == "agent":
+        elif dep == "agent" and not _contrasted(child):
             agent = next((c for c in child.children if c.dep_ == "pobj"), None)
         elif dep == "advcl" and any(m.lower_ in ("if", "unless", "provided", "assuming") for m in child.children
                                     if m.dep_ == "mark"):
@@ -506,6 +540,7 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         inherited: list[Any] = []
         extra: list[Reading] = []
+        formers: dict[tuple[str | None, str | None], str | None] = {}
         clauses = [c for c in sentence if c.dep_ == "relcl"]
         dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)] if clauses else []
         relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
@@ -534,9 +569,16 @@ def read(text: str) -> list[Reading]:
                 relative_clause = _clause(token, [token.head])
                 if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
                     relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
+                if any(t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in token.children):
+                    # "the cluster, which was previously hosted in Virginia, was moved to …": what
+                    # the main clause's change starts from
+                    formers.update(((r.subject, r.predicate), r.object) for r in
+                                   _read_clause(relative_clause, sentence, former=True) if r.kind == "relation")
+                    continue
                 for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
-                        subject = _np_text(token.head)
+                        # "the team, which is led by Omar": in a passive clause the noun is the object
+                        subject = reading.subject if relative_clause.passive else _np_text(token.head)
                         features = {**reading.features, "undated": True} if undated else reading.features
                         extra.append(_replace(reading, subject=subject, features=features))
         for head in heads:
@@ -548,6 +590,10 @@ def read(text: str) -> list[Reading]:
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             for reading in [*main, *extra]:
+                former = formers.get((reading.subject, reading.predicate))
+                if former and reading.kind == "relation" and reading.previous is None \
+                        and reading.change == "succession" and former != reading.object:
+                    reading = _replace(reading, previous=former)
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
                 if hedged and not reading.hedged:
@@ -614,7 +660,9 @@ def _replace(reading: Reading, **changes: object) -> Reading:
     return Reading(**values)  # type: ignore[arg-type]
 
 
-def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
+def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Reading]:
+    """The readings of one clause; ``former``: a clause marked "previously" read as the state it
+    says held before (its relations are the previous objects of the sentence's change)."""
     text = re.sub(r"\s+", " ", sentence.text).strip()
     verb = c.verb
     base = c.head.lemma_.lower()
@@ -638,8 +686,9 @@ def _read_clause(c: _Clause, sentence: Any) -> list[Reading]:
                         features={"predicate_text": rest} if rest else {})]
     if c.acomp is not None and c.acomp.lemma_.lower() in _OPINION_ADJ and not _is_valueish(c.acomp):
         return [Reading("nonfact", mood="opinion", label=text)]
-    if any(t.dep_ == "advmod" and t.lower_ in ("previously", "formerly", "once", "before", "earlier")
-           for t in c.head.children) or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
+    earlier = not former and any(t.dep_ == "advmod" and t.lower_ in _FORMERLY | {"once", "before", "earlier"}
+                                 for t in c.head.children)
+    if earlier or any(_non_time(c.preps.get(p)) is not None for p in ("before", "prior to")) or (
             base == "use" and c.xcomp is not None):
         subject = _np_text(c.subjects[0]) if c.subjects else None
         return [Reading("statement", subject=subject, label=text, features={"past": True})]
@@ -784,6 +833,16 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
     source = _non_time(c.preps.get("from"))
     as_role = _role(_first(c.preps, "as"))
     succession = "succession" if change == "none" else change
+    holding = (c.objects[0] if c.objects and not c.passive else c.subjects[0] if c.subjects else None)
+    held = _HOLDING_NOUNS.get(holding.lemma_.lower()) if holding is not None else None
+    if held is not None and holding is not None and to is not None and (base in _MOVE or verb in _HAND_OVER) and (
+            _is_personish(to) or _is_group(to)):
+        # "ownership of the billing API moves from the payments team to the platform team"
+        of = next((o for p in holding.children if p.dep_ == "prep" and p.lower_ in ("of", "for")
+                   for o in p.children if o.dep_ == "pobj"), None)
+        if of is not None:
+            return _rel([_np_text(to)], held, _np_text(of), succession, text,
+                        previous_holder=_np_text(source) if source is not None else None)
     if verb in _TAKE_OVER or (base == "take" and c.objects and c.objects[0].lower_ == "over"):
         role = as_role
         if role is None and c.objects:
@@ -827,6 +886,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
         return _rel(subjects, predicate, _np_text(target), succession, text)
     if base in _MOVE or verb in _MOVE:
         destination = to or _non_time(c.preps.get("onto"))
+        if destination is not None and destination.lemma_.lower() in _SITE_NOUNS:
+            # "moved to a new site in Bradford": the place the site is in
+            destination = next((o for p in destination.children if p.dep_ == "prep" and p.lower_ in ("in", "at")
+                                for o in p.children if o.dep_ == "pobj" and _is_place(o)), destination)
         if destination is None or _is_amount(destination):
             return None  # "the price went from 30 USD to 35 USD": a value changes (an attribute)
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
@@ -898,12 +961,16 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if base in ("assign", "reassign", "allocate", "give", "hand"):
             target = _non_time(c.preps.get("to"))
             succession = "succession" if base in ("reassign", "hand") and change == "none" else change
-            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text)
+            source = _non_time(c.preps.get("from"))  # "reassigned from Lucia to Ken"
+            return _rel(subjects, "assigned_to", _np_text(target) if target is not None else None, succession, text,
+                        previous=_np_text(source) if source is not None and _is_personish(source) else None)
         if base in _LOCATION_VERBS:
             # "deployed in Frankfurt and Dublin": one relation per place
             places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
                 c.preps.get("to") or c.preps.get("onto") if base in ("deploy", "move", "migrate", "ship") else None)
                 or [] if not _is_time(t)]  # "is deployed to AWS eu-west-1"
+            # "deployed to the notification service": a system is not a place
+            places = [p for p in places if _is_place(p) or p.lemma_.lower() not in _THING_HEADS]
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings
@@ -975,6 +1042,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             return _rel(subjects, "located_in", _np_text(place), change, text)
     if base == "host" and c.objects and c.subjects and _is_place(c.subjects[0]):
         return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(c.subjects[0]), change, text)
+    if base in ("host", "deploy", "store", "keep", "house", "base", "locate") and c.objects and not c.passive:
+        # "we're hosting the analytics DB in Paris now": the object is where the place says
+        place = _non_time(c.preps.get("in") or c.preps.get("at"))
+        if place is not None and _is_place(place):
+            return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(place), change, text)
     predicate = _VERB_PREDICATES.get(verb) or _VERB_PREDICATES.get(base)
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:
@@ -1005,11 +1077,14 @@ def _value_of(token: Any) -> str:
 
 def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
     base = c.head.lemma_.lower()
+    split = _object_read_as_clause(c)
+    if split is not None:
+        c, named = split
     thing = c.objects[0] if c.objects and not c.passive and base not in ("rise", "fall", "grow", "climb") else (
         c.subjects[0] if c.subjects else None)
     if thing is None or thing.lower_ in _PRONOUNS:
         return None
-    name = _np_text(thing, _ATTRIBUTE_PREPS)  # "headcount in customer success" names the attribute
+    name = _np_text(thing, _ATTRIBUTE_PREPS) if split is None else named  # "headcount in customer success"
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
@@ -1063,6 +1138,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             again = any(a.dep_ == "advmod" and a.lower_ in ("again", "now") for a in [*c.head.children,
                                                                                        *value.children])
             return [_attr(name, "status", value.lower_, succession if again else change, text, state=True)]
+        if value is not None and value.pos_ == "ADJ" and thing.lemma_.lower() in _GRADED_HEADS:
+            return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the severity is high"
         if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
                 and thing.pos_ != "PROPN" and not _is_valueish(value)):
             return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the plan is Business Plus"
@@ -1097,6 +1174,26 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     return None
 
 
+def _object_read_as_clause(c: _Clause) -> tuple[_Clause, str] | None:
+    """"We cut the monthly cloud spend from 42,000 USD to 35,000 USD": the small parser takes the
+    object's last noun ("spend", "cost", "budget") for a verb whose subject is the rest of the
+    phrase, and leaves the value verb without an object. Then that noun ends the object and
+    its from/to arguments are the verb's."""
+    if c.objects or c.passive or c.head.lemma_.lower() not in _VALUE_CHANGE or c.ccomp is None:
+        return None
+    inner = c.ccomp
+    subject = next((s for s in inner.children if s.dep_ == "nsubj" and s.right_edge.i + 1 == inner.i), None)
+    if subject is None or inner.tag_ not in ("VBP", "VB", "NN") or subject.lower_ in _PRONOUNS:
+        return None
+    preps: dict[str, list[Any]] = {}
+    _prep_args(inner, preps)
+    if not any(_is_amount(t) for key in ("to", "from", "by") for t in preps.get(key) or ()):
+        return None
+    name = f"{_np_text(subject)} {inner.text}"
+    return _Clause(inner, c.verb, c.subjects, [inner], preps, None, False, c.negated, c.no_longer, c.modal, None,
+                   None, None, None, None, c.conditional), name
+
+
 def _status_change(c: _Clause) -> str | None:
     """The status a clause puts its subject in: "went live", "was put on hold", "was
     cancelled", "is on hold" (a status that starts at the clause's time)."""
@@ -1112,6 +1209,9 @@ def _status_change(c: _Clause) -> str | None:
         return "on hold"
     if c.passive and not c.objects and c.agent is None and c.head.lower_ in _STATUS_WORDS:  # "is done"
         return c.head.lower_
+    if c.head.tag_ == "VBG" and c.head.lower_ in _STATUS_WORDS and not c.objects and not c.preps and any(
+            a.dep_ == "aux" and a.lemma_ == "be" for a in c.head.children) and not _is_person(subject):
+        return c.head.lower_  # "Status: investigating" read as "the incident is investigating"
     return None
 
 

@@ -90,6 +90,10 @@ _P_HALF = re.compile(r"(?<![\w])(?:(?-i:H)(?P<h>[12])(?:\s+(?P<y>\d{4})(?!\d))?|
 # ISO week numbers: "2026-W22", "W22", "week 47" (the Monday-Sunday week of that number)
 _P_WEEK_NUMBER = re.compile(r"(?<![\w-])(?:(?P<y>\d{4})-?W(?P<w>\d{1,2})|W(?P<w2>\d{1,2})|[Ww]eek\s+(?P<w3>\d{1,2})"
                             r"(?:,?\s+(?P<y3>\d{4}))?)(?![\w-])")
+# "FY2026", "FY26", "fiscal year 2026", "Q3 FY2026": a fiscal year read as its calendar year
+# (no fiscal calendar is known), a quarter of it as that quarter
+_P_FISCAL = re.compile(r"(?<![\w])(?:Q(?P<q>[1-4])\s+)?(?:FY\s?-?|[Ff]iscal\s+(?:[Yy]ear\s+)?)(?P<y>20\d{2}|\d{2})"
+                       r"(?:\s+Q(?P<q2>[1-4]))?(?![\w-])")
 _P_YEAR = re.compile(r"(?<![\w.,-])(?P<y>(?:19|20)\d{2})(?![\w-])")
 # "early 2026", "by the end of 2025": somewhere in that year (said no finer)
 _P_YEAR_PART = re.compile(r"(?<![\w])(?:early|mid|late|the end of|end of|the beginning of|beginning of|the start of"
@@ -324,6 +328,15 @@ def _handle_year(text: str, match: re.Match[str], anchor: date | None) -> _Core 
                  None)
 
 
+def _handle_fiscal(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    year = int(match.group("y")) if len(match.group("y")) == 4 else 2000 + int(match.group("y"))
+    quarter = match.group("q") or match.group("q2")
+    if quarter is not None:
+        return _quarter_core(match, int(quarter), str(year), anchor)
+    return _Core(match.start(), match.end(), date(year, 1, 1), date(year, 12, 31), "year", False, False,
+                 f"FY{year}", None)
+
+
 def _handle_year_part(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     year = int(match.group("y"))
     return _Core(match.start(), match.end(), date(year, 1, 1), date(year, 12, 31), "year", False, False,
@@ -432,6 +445,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_QUARTER_WORDS, _handle_quarter_words),
     (_P_HALF, _handle_half),
     (_P_WEEK_NUMBER, _handle_week_number),
+    (_P_FISCAL, _handle_fiscal),
     (_P_YEAR, _handle_year),
     (_P_YEAR_PART, _handle_year_part),
     (_P_DEICTIC, _handle_deictic),

@@ -394,6 +394,9 @@ ANCHOR = date(2026, 9, 17)  # a Thursday
     ("in early 2026", None, (2026, 1, 1), (2026, 12, 31), "year", "event_time"),
     ("by the end of 2025", None, None, (2025, 12, 31), "year", "event_time"),
     ("later this year", "in 2026", (2026, 9, 18), (2026, 12, 31), "year", "event_time"),  # not the past part
+    # a fiscal year is read as its calendar year (no fiscal calendar is known), a quarter of it as that quarter
+    ("in FY2025", None, (2025, 1, 1), (2025, 12, 31), "year", "event_time"),
+    ("in Q3 FY26", None, (2026, 7, 1), (2026, 9, 30), "quarter", "event_time"),
 ])
 def test_date_resolution_table(phrase: str, replacement: str | None, start: tuple[int, int, int] | None,
                                end: tuple[int, int, int] | None, precision: str, kind: str) -> None:

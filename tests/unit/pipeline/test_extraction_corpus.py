@@ -13,7 +13,17 @@ from bench._extraction import HELDOUT, Score, load_corpus, parse_extractor, run_
 
 SCENARIOS = load_corpus()
 # Scenarios the extractor is known to get wrong, with why (strict: fixing one fails here).
-KNOWN_MISSES: set[str] = set()
+KNOWN_MISSES: set[str] = {
+    # session 7's tuning scenarios the extractor still gets wrong:
+    "s7-ticket-reassigned",  # two undated statuses of one ticket contradict; the later does not supersede
+    "s7-crm-account-owner",  # "handed the Brightline Foods account over": "account" parsed as a verb
+    "s7-procurement-price",  # "the price" has no owner in its sentence ("per laptop" does not name one)
+    "s7-school-term",  # a class taken over is read as owned; "the trip to the museum" loses "museum"
+    "s7-negation-no-longer",  # an undated "no longer" contradicts the held fact but does not close it
+    "s7-not-facts",  # "Maybe Victor leads …": a hedge is kept as a flagged fact
+    "s7-relative-next-week",  # a bare "on Friday" is kept as spoken; one date per claim
+    "s7-slack-first-person-lead",  # "handed it to me on Friday": the bare weekday is kept as spoken
+}
 
 
 def test_the_corpus_is_large_and_varied() -> None:
@@ -43,7 +53,8 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 # blind in session 5 and scored before that session's extractor work merged, scored
 # 0.63 / 0.56 then and 0.66 / 0.56 after. Batch 6, written in session 6 before the extractor
 # was changed for it, scored 0.67 / 0.48 when it was added and 0.75 / 0.70 after that
-# session's phenomenon-level readings (none tuned on its sentences).
+# session's phenomenon-level readings (none tuned on its sentences). Session 7's readings, built
+# on its own s7- scenarios, moved batch 4 to 0.72 / 0.63 and batch 6 to 0.77 / 0.73.
 HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.88, 0.92), "batch 4": (0.58, 0.42),
                   "batch 5": (0.61, 0.51), "batch 6": (0.72, 0.66)}
 HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}, "batch 5": {5}, "batch 6": {6}}

@@ -341,3 +341,75 @@ def test_a_noun_compound_the_parser_split_is_one_noun_phrase() -> None:
     assert (hosted.subject, hosted.object) == ("payments API", "Dublin")
     (owned,), _ = drafts("Roberto Sanz owns the payments API.")  # "API" taken for an apposition
     assert (owned.subject, owned.object) == ("Roberto Sanz", "payments API")
+
+
+def relations(text: str) -> set[tuple[str, str | None, str | None]]:
+    found, _ = drafts(text)
+    return {(d.subject, d.predicate, d.object) for d in found if d.kind == "relation"}
+
+
+def test_a_passive_relative_clause_names_its_agent_as_the_holder() -> None:
+    assert ("Omar Haddad", "other:leads", "messaging team") in relations(
+        "The notification service is maintained by the messaging team, which is led by Omar Haddad.")
+
+
+def test_a_previously_clause_is_where_the_change_starts_from() -> None:
+    found, _ = drafts("The search cluster, which was previously hosted in Virginia, was moved to Frankfurt.")
+    moved = next(d for d in found if d.object == "Frankfurt")
+    assert (moved.predicate, moved.previous_object) == ("located_in", "Virginia")
+
+
+def test_the_alternative_a_not_sets_aside_is_no_holder() -> None:
+    assert relations("The vendor review is led by Keiko Tanaka, not by Paul Green.") == {
+        ("Keiko Tanaka", "other:leads", "vendor review")}
+
+
+def test_a_title_is_no_part_of_a_name() -> None:
+    assert relations("Ward 7 is managed by Sister Grace Ofori.") == {("Grace Ofori", "other:leads", "Ward 7")}
+    assert relations("Dr Alan Pike leads the stroke unit.") == {("Alan Pike", "other:leads", "stroke unit")}
+
+
+def test_ownership_that_passes_from_one_holder_to_another() -> None:
+    assert ("Ben Ode", "other:leads", "Project Kite") in relations(
+        "Leadership of Project Kite passed from Ana Silva to Ben Ode on 2 March 2026.")
+
+
+def test_a_value_verb_whose_object_the_parser_split_keeps_the_whole_attribute() -> None:
+    found, _ = drafts("We cut the monthly cloud spend from 42,000 USD to 35,000 USD.")
+    assert {d.statement for d in found} >= {"monthly cloud spend: 35,000 USD"}
+
+
+def test_a_fiscal_year_is_a_time_not_part_of_the_value() -> None:
+    assert one("Revenue reached 3.1 million EUR in FY2025.").statement == "Revenue: 3.1 million EUR"
+
+
+def test_a_successor_named_after_the_step_down_takes_the_ended_role() -> None:
+    claims = [ClaimView("a", "Henrik Dahl stepped down as chair of the ethics committee on 9 October 2026.", False,
+                        None, dt.datetime(2026, 10, 9, tzinfo=dt.UTC), None, "day", "event_time", SAID),
+              ClaimView("b", "Henrik Dahl was succeeded by Amaka Obi.", False, None, None, None, "unknown", None, SAID)]
+    results = asyncio.run(ParseRelationProvider().normalize(claims, frozenset()))
+    (successor,), _ = results[1]
+    assert (successor.subject, successor.predicate, successor.object, successor.change_kind) == (
+        "Amaka Obi", "other:leads", "ethics committee", "succession")
+    assert successor.features["since"].startswith("2026-10-09")
+
+
+def test_an_authors_frame_is_no_part_of_the_claim() -> None:
+    text = "# News\n\nI'm delighted to share that Kwame Asante has been promoted to head of customer support.\n"
+    found, _ = extract_parsed_claims(ExtractionInput(text, Passage("p", 0, len(text)), SAID, None))
+    assert [d.claim_text for d in found] == ["Kwame Asante has been promoted to head of customer support."]
+
+
+def test_a_named_possessor_makes_a_statement_specific() -> None:
+    text = "# Team notes\n\nPriya's team owns the search indexer.\n"
+    found, _ = extract_parsed_claims(ExtractionInput(text, Passage("p", 0, len(text)), SAID, None))
+    assert [d.claim_text for d in found] == ["Priya's team owns the search indexer."]
+
+
+def test_a_thing_someone_hosts_in_a_place_is_located_there() -> None:
+    assert relations("We store the backups in Frankfurt.") == {("backups", "located_in", "Frankfurt")}
+
+
+def test_a_move_to_a_site_in_a_place_is_a_move_to_that_place() -> None:
+    assert ("Leeds warehouse", "located_in", "Bradford") in relations(
+        "The Leeds warehouse has moved to a new site in Bradford.")
