@@ -58,7 +58,8 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.88, 0.92), "batch 4": (0.58, 0.42),
                   "batch 5": (0.61, 0.51), "batch 6": (0.72, 0.66),
                   "batch 7": (0.27, 0.18)}
-HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}, "batch 5": {5}, "batch 6": {6}, "batch 7": {7}}
+HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}, "batch 5": {5}, "batch 6": {6},
+                   "batch 7": {7}}
 
 
 @pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
