@@ -416,15 +416,16 @@ _AGREEMENT_ONLY_RE = re.compile(
     rf"^\s*(?:{_NAME}\s+|I\s+|we\s+|We\s+|he\s+|He\s+|she\s+|She\s+)?(?:also\s+)?"
     r"(?:agreed|agrees|agree|concurred|nodded|acknowledged|disagreed|objected)\s*[.!]?\s*$"
 )
+# verbs of a quantity that moved on its own ("latency rose from 180 ms to 240 ms in October");
+# "increased" and "decreased" may also be someone's change of a state, so they only mark a measurement
+_MEASURED_VERBS = r"fell|rose|grew|dropped|declined|climbed|totall?ed|reached|averaged|hit"
 _MEASUREMENT_RE = re.compile(
-    r"\b(?:fell|rose|grew|increased|decreased|dropped|declined|climbed|totall?ed|reached|averaged|hit|count|total"
+    rf"\b(?:{_MEASURED_VERBS}|increased|decreased|count|total"
     r"|revenue|sales|errors?|rate|percent|per cent|costs?|spend|spent)\b|[%$€£]",
     re.IGNORECASE,
 )
 _FROM_TO_RE = re.compile(r"\bfrom\s+\S.*\bto\s+\S", re.IGNORECASE)
-# a measured quantity that moved on its own ("latency rose from 180 ms to 240 ms in October")
-_MEASURED_CHANGE_RE = re.compile(r"\b(?:fell|rose|grew|dropped|declined|climbed|reached|averaged|hit|totall?ed)\b",
-                                 re.IGNORECASE)
+_MEASURED_CHANGE_RE = re.compile(rf"\b(?:{_MEASURED_VERBS})\b", re.IGNORECASE)
 _ATEMPORAL_RE = re.compile(r"\b(?:is defined as|means|stands for|consists of|is a type of|is a kind of)\b")
 _PAST_RE = re.compile(r"\b(?:\w{3,}ed|" + "|".join(sorted(_IRREGULAR_PAST)) + r")\b", re.IGNORECASE)
 
