@@ -267,10 +267,11 @@ class OnnxEncoder(_SentenceEncoder):
     whole batch, padding included, so batched texts would get vectors that depend on their
     companions (cosine down to 0.97 between two batchings); alone, a text's vector depends on its
     text only. It costs ~35% more CPU than passes of 16 and is still well under float32's.
-    ``threads`` intra-op threads (not spinning while they wait): the provider runs one pass
-    at a time over every core. Passes of one text leave a shared pass slot little to
-    coalesce, so two single-threaded slots side by side mostly ran one at a time; one pass
-    over two threads ran 1.65x the passages per second (bench/bench_embedding.py)."""
+    ``threads`` intra-op threads (not spinning while they wait). A pass of one short text
+    is a small product, which a second thread splits at a cost: on 2 loaded cores one thread
+    ran ~1.2x the passages per CPU-second of two, to the bit the same vectors, and the
+    pipeline's other stages and PostgreSQL want the other core. So the provider runs
+    single-threaded passes, one per core (bench/bench_embedding.py)."""
 
     rows_a_pass = 1
 

@@ -382,8 +382,9 @@ class MiniLMEmbeddings:
         self._lock = threading.Lock()
         # Forward passes at once: for NumPy one per core when BLAS runs single-threaded (see
         # services.platform.blas), else one (a multi-threaded BLAS already takes every core,
-        # and two of them spin against each other); for onnxruntime one, over every core.
-        default_parallel = forward_parallelism() if runtime == "numpy" else 1
+        # and two of them spin against each other); for onnxruntime, whose passes are
+        # single-threaded, one per core.
+        default_parallel = forward_parallelism() if runtime == "numpy" else pass_per_core()
         self._busy = threading.BoundedSemaphore(parallel or default_parallel)
         # Texts waiting for a forward pass. Whoever holds a pass slot takes what is waiting,
         # its own request and other callers' alike, so concurrent small calls (a pipeline
@@ -404,7 +405,7 @@ class MiniLMEmbeddings:
                     encoder: Any = BertEncoder(path)
                 else:
                     encoder = OnnxEncoder(path, cached_quantized_graph(packaged_graph(), GRAPH_SHA256,
-                                                                       self._cache_dir), threads=pass_per_core())
+                                                                       self._cache_dir), threads=1)
                 # A forward pass gives up the GIL inside each matrix product and needs it back
                 # for the next step; with the default 5 ms switch interval a busy event loop
                 # (the pipeline's other stages) makes it wait that long each time: with one
