@@ -607,6 +607,16 @@ async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID
               AND f.embedding IS NULL""", version_id, space_id)
 
 
+async def stored_label_vectors(conn: Any, space_id: uuid.UUID, fact_ids: Sequence[uuid.UUID], model: str
+                               ) -> dict[uuid.UUID, np.ndarray]:
+    """The vectors these facts' labels are stored with, under ``model``."""
+    rows = await conn.fetch(
+        """SELECT fact_id, embedding FROM facts
+            WHERE space_id = $1 AND fact_id = ANY($2::uuid[]) AND embedding_model = $3 AND embedding IS NOT NULL""",
+        space_id, list(fact_ids), model)
+    return {r["fact_id"]: np.asarray(r["embedding"].to_numpy(), dtype=np.float32) for r in rows}
+
+
 async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:
     await index_text(conn, space_id, "fact", [(f["fact_id"], None, f["label"]) for f in facts])
 
@@ -626,14 +636,24 @@ async def profile_texts(conn: Any, entity_ids: Sequence[uuid.UUID]) -> dict[uuid
 
 async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
                         vectors: dict[uuid.UUID, list[float]], model: str) -> None:
-    for entity_id, text in profiles.items():
+    """Store the profiles that changed (text or model) with their vectors and lexical rows;
+    every profile's neighbourhood is re-examined, since its aliases may have changed."""
+    models = [model if vectors.get(e) else None for e in profiles]
+    same = {r["entity_id"] for r in await conn.fetch(
+        """SELECT e.entity_id FROM entities e
+             JOIN unnest($2::uuid[], $3::text[], $4::text[]) AS p(entity_id, summary, model)
+               ON p.entity_id = e.entity_id
+            WHERE e.space_id = $1 AND e.profile_summary = p.summary AND e.profile_model IS NOT DISTINCT FROM p.model""",
+        space_id, list(profiles), list(profiles.values()), models)}
+    changed = {e: t for e, t in profiles.items() if e not in same}
+    for entity_id, text in changed.items():
         vector = vectors.get(entity_id)
         await conn.execute(
             """UPDATE entities SET profile_summary = $2, profile_embedding = $3, profile_dim = $4, profile_model = $5,
                                    updated_at = clock_timestamp() WHERE entity_id = $1""",
             entity_id, text, np.asarray(vector, dtype=np.float32) if vector else None,
             len(vector) if vector else None, model if vector else None)
-    await index_text(conn, space_id, "entity", [(e, None, t) for e, t in profiles.items()])
+    await index_text(conn, space_id, "entity", [(e, None, t) for e, t in changed.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
     await merges.propose_neighbours(conn, space_id, list(profiles))
 

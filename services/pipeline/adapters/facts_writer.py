@@ -230,11 +230,18 @@ class FactsWriter:
     async def save_labels(self, conn: asyncpg.Connection, source: VersionSource, facts: list[asyncpg.Record],
                           vectors: list[list[float]], profiles: dict[uuid.UUID, str],
                           profile_vectors: dict[uuid.UUID, list[float]], model: str) -> None:
+        """Write the labels' and profiles' vectors and lexical rows. A fact whose stored vector
+        is already this one (its label did not change since it was last embedded: most facts
+        a new version touches again) is left as it is: rewriting it would add a row version,
+        a graph entry and its postings again, for nothing."""
+        stored = await fs.stored_label_vectors(conn, source.space_id, [f["fact_id"] for f in facts], model)
+        fresh = [(f, np.asarray(v, dtype=np.float32)) for f, v in zip(facts, vectors, strict=True)]
+        changed = [(f, v) for f, v in fresh
+                   if f["fact_id"] not in stored or not np.array_equal(stored[f["fact_id"]], v)]
         await conn.executemany(
             "UPDATE facts SET embedding = $2, embedding_dim = $3, embedding_model = $4 WHERE fact_id = $1",
-            [(f["fact_id"], np.asarray(v, dtype=np.float32), len(v), model) for f, v in zip(facts, vectors,
-                                                                                             strict=True)])
-        await fs.index_facts(conn, source.space_id, facts)
+            [(f["fact_id"], v, len(v), model) for f, v in changed])
+        await fs.index_facts(conn, source.space_id, [f for f, _ in changed])
         await fs.save_profiles(conn, source.space_id, profiles, profile_vectors, model)
 
 

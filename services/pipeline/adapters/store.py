@@ -343,6 +343,8 @@ async def _delete_postings(conn: asyncpg.Connection, kind: str, ids: Sequence[uu
 async def index_text(conn: asyncpg.Connection, space_id: uuid.UUID, kind: str,
                      items: Sequence[tuple[uuid.UUID, uuid.UUID | None, str]]) -> None:
     """BM25 postings (term frequencies) and lengths for each (target, document, text)."""
+    if not items:
+        return
     docs: list[tuple[Any, ...]] = []
     postings: list[tuple[Any, ...]] = []
     for target_id, doc_id, text in items:

@@ -238,3 +238,53 @@ async def test_a_bare_name_joins_the_full_name_its_document_gives_wherever_it_st
         order for order, outcome in outcomes.items() if outcome != first]
     assert ("late", "Ravi", "Ravi Shankar") in set(first["mentions"])
     assert "Ravi Shankar owns billing dashboard" in {f[0] for f in first["facts"]}
+
+
+async def _row_versions(db: Database, space_id: uuid.UUID) -> dict[str, dict[str, object]]:
+    """Each fact's and entity's row version (xmin) and lexical postings, by label or name."""
+    async with db.acquire() as conn:
+        facts = await conn.fetch(
+            """SELECT f.label, f.xmin::text AS v, (SELECT count(*) FROM bm25_postings p
+                                                   WHERE p.target_kind = 'fact' AND p.target_id = f.fact_id) AS n
+                 FROM facts f WHERE f.space_id = $1""", space_id)
+        entities = await conn.fetch(
+            """SELECT e.canonical_name, e.xmin::text AS v, e.profile_summary FROM entities e
+                WHERE e.space_id = $1 AND e.profile_summary IS NOT NULL""", space_id)
+    return {"facts": {r["label"]: (r["v"], r["n"]) for r in facts},
+            "entities": {r["canonical_name"]: (r["v"], r["profile_summary"]) for r in entities}}
+
+
+async def test_labelling_again_rewrites_only_what_changed(db: Database) -> None:
+    # A version's label stage embeds its facts' labels and their entities' profiles. A fact
+    # or profile stored with the same vector and text is left alone (no new row version, no
+    # postings rewritten); one whose label changed is written again, postings and all.
+    space_id, _ = await run(db, [0, 1])
+    before = await _row_versions(db, space_id)
+    assert before["facts"] and before["entities"]
+    async with db.acquire() as conn:
+        versions = await conn.fetch("SELECT version_id FROM document_versions WHERE space_id = $1", space_id)
+    store = PgStageStore(db)
+    sources = [await store.version(v["version_id"]) for v in versions]
+    for source in sources:
+        await stage(db, source, "label")
+    assert await _row_versions(db, space_id) == before
+
+    async with db.acquire() as conn:
+        fact = await conn.fetchrow(
+            "SELECT fact_id, label, subject_entity_id FROM facts WHERE space_id = $1 AND label LIKE 'Ravi%' "
+            "ORDER BY label LIMIT 1", space_id)
+        await conn.execute("UPDATE facts SET label = label || ' rechecked' WHERE fact_id = $1", fact["fact_id"])
+    for source in sources:
+        await stage(db, source, "label")
+    after = await _row_versions(db, space_id)
+    relabelled = f"{fact['label']} rechecked"
+    assert relabelled in after["facts"] and after["facts"][relabelled][1] > 0
+    async with db.acquire() as conn:
+        postings = {r["term"] for r in await conn.fetch(
+            "SELECT term FROM bm25_postings WHERE target_kind = 'fact' AND target_id = $1", fact["fact_id"])}
+        profile = await conn.fetchval("SELECT profile_summary FROM entities WHERE entity_id = $1",
+                                      fact["subject_entity_id"])
+    assert "recheck" in postings or "rechecked" in postings
+    assert relabelled in profile  # the subject's profile names its facts' labels: rewritten too
+    untouched = {k: v for k, v in before["facts"].items() if k != fact["label"]}
+    assert {k: after["facts"][k] for k in untouched} == untouched
