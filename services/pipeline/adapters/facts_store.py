@@ -638,13 +638,13 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
                         vectors: dict[uuid.UUID, list[float]], model: str) -> None:
     """Store the profiles that changed (text or model) with their vectors and lexical rows;
     every profile's neighbourhood is re-examined, since its aliases may have changed."""
-    models = [model if vectors.get(e) else None for e in profiles]
+    models = {e: model if vectors.get(e) else None for e in profiles}  # what each profile is stored under
     same = {r["entity_id"] for r in await conn.fetch(
         """SELECT e.entity_id FROM entities e
              JOIN unnest($2::uuid[], $3::text[], $4::text[]) AS p(entity_id, summary, model)
                ON p.entity_id = e.entity_id
             WHERE e.space_id = $1 AND e.profile_summary = p.summary AND e.profile_model IS NOT DISTINCT FROM p.model""",
-        space_id, list(profiles), list(profiles.values()), models)}
+        space_id, list(profiles), list(profiles.values()), list(models.values()))}
     changed = {e: t for e, t in profiles.items() if e not in same}
     for entity_id, text in changed.items():
         vector = vectors.get(entity_id)
@@ -652,7 +652,7 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
             """UPDATE entities SET profile_summary = $2, profile_embedding = $3, profile_dim = $4, profile_model = $5,
                                    updated_at = clock_timestamp() WHERE entity_id = $1""",
             entity_id, text, np.asarray(vector, dtype=np.float32) if vector else None,
-            len(vector) if vector else None, model if vector else None)
+            len(vector) if vector else None, models[entity_id])
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in changed.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
     await merges.propose_neighbours(conn, space_id, list(profiles))

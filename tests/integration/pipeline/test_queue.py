@@ -408,7 +408,9 @@ async def test_fan_in_queues_normalize_relations_once_after_every_chunk_is_groun
     seen_at_fan_in: list[dict[str, str]] = []
 
     async def inspect(unit: Claimed) -> None:
-        rows = await conn.fetch(
+        # Through the pool, not the test's own connection: the poller below uses that one at
+        # the same moment, and a second operation on it fails the stage (which then runs again).
+        rows = await db.fetch(
             "SELECT unit_key, status FROM work_units WHERE version_id = $1 AND stage = 'ground_claims'", version)
         seen_at_fan_in.append({r["unit_key"]: r["status"] for r in rows})
 
