@@ -114,6 +114,11 @@ async def test_a_replica_beyond_the_bound_is_not_read_and_reads_see_every_write(
 async def test_a_belief_time_later_than_the_replay_point_reads_the_primary(servers) -> None:  # type: ignore[no-untyped-def]
     reads = await _pair(servers, max_lag_s=60.0)
     try:
+        # Under load the standby may not yet have replayed the start-up probes' positions (the
+        # earlier test paused and resumed its replay): until it has, there is no replay point.
+        async def replayed() -> bool:
+            return reads.replay_point is not None
+        await _until(replayed)
         assert reads.replay_point is not None and reads.fresh()
         with fresh_as_of(reads.replay_point - dt.timedelta(seconds=1)):
             assert reads.target() is reads.replica
