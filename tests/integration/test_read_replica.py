@@ -53,6 +53,13 @@ async def _pair(servers: tuple[EmbeddedPostgres, EmbeddedPostgres], max_lag_s: f
                         max_lag_s=max_lag_s, probe_s=0.1)
     await check_standby(reads.primary, reads.replica)
     await reads.start()
+    # start() takes two probes back to back; under load (or after a test that paused and
+    # resumed replay) the standby may not have replayed their positions yet, and until it has
+    # there is no replay point and every read safely goes to the primary. Wait for the first.
+
+    async def fresh() -> bool:
+        return reads.fresh()
+    await _until(fresh)
     return reads
 
 
@@ -114,11 +121,6 @@ async def test_a_replica_beyond_the_bound_is_not_read_and_reads_see_every_write(
 async def test_a_belief_time_later_than_the_replay_point_reads_the_primary(servers) -> None:  # type: ignore[no-untyped-def]
     reads = await _pair(servers, max_lag_s=60.0)
     try:
-        # Under load the standby may not yet have replayed the start-up probes' positions (the
-        # earlier test paused and resumed its replay): until it has, there is no replay point.
-        async def replayed() -> bool:
-            return reads.replay_point is not None
-        await _until(replayed)
         assert reads.replay_point is not None and reads.fresh()
         with fresh_as_of(reads.replay_point - dt.timedelta(seconds=1)):
             assert reads.target() is reads.replica
