@@ -338,16 +338,16 @@ class Stages:
         return Done(write)
 
     async def _label_relation(self, unit: Claimed, source: VersionSource) -> Done:
-        facts, profiles = await self.facts.labels_and_profiles(source)
-        fixed = await self.store.space_model(source.space_id)
-        self._check_model(fixed)
-        fact_vectors = await self._call_embeddings(unit, source, [f["label"] for f in facts]) if facts else []
-        entity_ids = list(profiles)
-        profile_vectors = (await self._call_embeddings(unit, source, [profiles[e] for e in entity_ids])
+        self._check_model(await self.store.space_model(source.space_id))
+        labels = await self.facts.labels_to_embed(source, self.embeddings.model)
+        fact_vectors = (await self._call_embeddings(unit, source, [f["label"] for f in labels.facts])
+                        if labels.facts else [])
+        entity_ids = list(labels.profiles)
+        profile_vectors = (await self._call_embeddings(unit, source, [labels.profiles[e] for e in entity_ids])
                            if entity_ids else [])
 
         async def write(conn: Any) -> None:
-            await self.facts.save_labels(conn, source, facts, fact_vectors, profiles,
+            await self.facts.save_labels(conn, source, labels, fact_vectors,
                                          dict(zip(entity_ids, profile_vectors, strict=True)), self.embeddings.model)
 
         return Done(write)

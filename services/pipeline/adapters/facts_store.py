@@ -245,7 +245,8 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
                   cache: dict[str, tuple[uuid.UUID, ResolutionVerdict]], *,
                   context_vector: Mapping[str, Sequence[float]] | None = None,
                   claim_id: uuid.UUID | None = None, in_document: Collection[uuid.UUID] | None = None,
-                  arrivals: set[str] | None = None) -> tuple[uuid.UUID, ResolutionVerdict]:
+                  arrivals: set[str] | None = None, saved: set[uuid.UUID] | None = None
+                  ) -> tuple[uuid.UUID, ResolutionVerdict]:
     """An entity for a name: the document's own earlier match, else the cascade + chooser,
     else a new entity. Every verdict is returned for the mention row.
 
@@ -253,7 +254,8 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
     context vector, embedded before the transaction; without it T3 is skipped. When the
     chosen entity had compatible rivals (``ambiguous_with``), a merge proposal is recorded
     (never applied). A name of several words new to its entity is added to ``arrivals``: it
-    may be a rival for bare first names that joined another entity (see reresolution)."""
+    may be a rival for bare first names that joined another entity (see reresolution).
+    ``saved`` is :func:`document_entities` when the caller has read it already."""
     key = normalize_name(surface)
     if key in cache:
         entity_id, _ = cache[key]
@@ -264,7 +266,8 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         if vector is None and claim_id is not None:
             vector = context_vector.get(key)
     if in_document is None:  # named by the document: its saved mentions and the names resolved so far
-        in_document = await document_entities(conn, doc_id) | {entity for entity, _ in cache.values()}
+        in_document = (saved if saved is not None else await document_entities(conn, doc_id)) | {
+            entity for entity, _ in cache.values()}
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
                                            claim_id=claim_id, in_document=in_document), surface=surface.strip())
     chosen = verdict.entity_id
@@ -328,26 +331,32 @@ async def relabel(conn: asyncpg.Connection, space_id: uuid.UUID, entity_id: uuid
 
 
 async def _all_codes(conn: asyncpg.Connection, key: str) -> list[str]:
-    codes: list[str] = []
-    for word in key.split():
-        if re.search(r"[a-z]", word):
-            codes.extend(await conn.fetchval("SELECT daitch_mokotoff($1)", word) or [])
-    return sorted(set(codes))
+    """The Daitch-Mokotoff codes of the key's words that hold a letter, in one statement."""
+    words = [w for w in key.split() if re.search(r"[a-z]", w)]
+    if not words:
+        return []
+    codes = await conn.fetchval(
+        "SELECT array_agg(c) FROM unnest($1::text[]) AS w, unnest(daitch_mokotoff(w)) AS c", words)
+    return sorted(set(codes or []))
 
 
-async def save_mention(conn: asyncpg.Connection, *, space_id: uuid.UUID, doc_id: uuid.UUID, version_id: uuid.UUID,
-                       claim_id: uuid.UUID, ordinal: int, role: str, surface: str, entity_id: uuid.UUID,
-                       verdict: ResolutionVerdict) -> uuid.UUID:
-    mention_id = derived_id("mention", claim_id, ordinal, role)
-    await conn.execute(
+def mention_row(*, space_id: uuid.UUID, doc_id: uuid.UUID, version_id: uuid.UUID, claim_id: uuid.UUID,
+                ordinal: int, role: str, surface: str, entity_id: uuid.UUID, verdict: ResolutionVerdict
+                ) -> tuple[Any, ...]:
+    """A mention row for :func:`save_mentions`; its id (the first field) is derived, so the
+    assertion naming it can be written in the same batch."""
+    return (derived_id("mention", claim_id, ordinal, role), space_id, doc_id, version_id, claim_id, surface,
+            normalize_name(surface), entity_id, verdict.method, verdict.confidence, verdict.entity_id is None,
+            verdict.scores, RESOLVER_VERSION)
+
+
+async def save_mentions(conn: asyncpg.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    await conn.executemany(
         """INSERT INTO mentions (mention_id, space_id, doc_id, version_id, claim_id, surface_form, normalized_lemma,
                                  resolved_entity_id, resolution_method, resolution_confidence,
                                  resolution_is_new_entity, resolved_at, scores, resolver_version)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, clock_timestamp(), $12, $13)
-           ON CONFLICT (mention_id, space_id) DO NOTHING""",
-        mention_id, space_id, doc_id, version_id, claim_id, surface, normalize_name(surface), entity_id,
-        verdict.method, verdict.confidence, verdict.entity_id is None, verdict.scores, RESOLVER_VERSION)
-    return mention_id
+           ON CONFLICT (mention_id, space_id) DO NOTHING""", rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -408,12 +417,45 @@ async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reas
                        "WHERE assertion_id = $1", assertion_id, {"dropped": reason})
 
 
+class Transcript:
+    """Evidence and decision rows of one adjudication, written in two batches by :meth:`write`
+    instead of a round trip each: nothing in the adjudication loop reads them back."""
+
+    def __init__(self) -> None:
+        self.evidence: list[tuple[Any, ...]] = []
+        self.decisions: list[tuple[Any, ...]] = []
+
+    def add_evidence(self, space_id: uuid.UUID, fact_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID,
+                     stance: str) -> None:
+        self.evidence.append((fact_id, claim_id, stance, space_id, doc_id))
+
+    def add_decision(self, space_id: uuid.UUID, fact_id: uuid.UUID, subject_kind: str, outcome: str, verdict: Verdict,
+                     claim_id: uuid.UUID | None, *, before: Window | None, after: Window | None,
+                     related: uuid.UUID | None = None) -> None:
+        features = {"reason": verdict.reason, **verdict.features,
+                    "window_before": before.as_json() if before else None,
+                    "window_after": after.as_json() if after else None}
+        self.decisions.append((space_id, fact_id, subject_kind, outcome, verdict.confidence, related or verdict.target,
+                               claim_id, json.loads(json.dumps(features, default=str))))
+
+    async def write(self, conn: asyncpg.Connection) -> None:
+        await conn.executemany(
+            """INSERT INTO fact_evidence (fact_id, claim_id, stance, space_id, doc_id) VALUES ($1, $2, $3, $4, $5)
+               ON CONFLICT (fact_id, claim_id, space_id) DO NOTHING""", self.evidence)
+        await conn.executemany(  # in the order decided: decided_at is each row's clock_timestamp()
+            """INSERT INTO fact_decisions (space_id, fact_id, subject_kind, outcome, method, confidence, related_id,
+                                           claim_id, features)
+               VALUES ($1, $2, $3, $4, 'rules', $5, $6, $7, $8)""", self.decisions)
+        self.evidence.clear()
+        self.decisions.clear()
+
+
 async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Incoming, verdict: Verdict,
                 assertion_id: uuid.UUID, claim_id: uuid.UUID, doc_id: uuid.UUID, label: str,
-                generation: int = 0) -> uuid.UUID | None:
-    """Write a verdict: the fact, its evidence, supersessions, groups and the transcript. An
-    assertion adjudicated again after re-resolution (``generation`` > 0) makes a new fact: the
-    one it made before stays retracted."""
+                transcript: Transcript, generation: int = 0) -> uuid.UUID | None:
+    """Write a verdict: the fact, its supersessions and groups now, its evidence and decisions
+    into ``transcript`` (the caller writes it). An assertion adjudicated again after
+    re-resolution (``generation`` > 0) makes a new fact: the one it made before stays retracted."""
     subject_kind = incoming.kind
     if verdict.outcome == "end":
         assert verdict.target is not None
@@ -424,8 +466,8 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                            else before["valid_precision"])
             await conn.execute("UPDATE facts SET valid_until = $2, valid_precision = $3 WHERE fact_id = $1",
                                ended, after.valid_until, after.precision)
-            await _evidence(conn, space_id, ended, claim_id, doc_id, "supports")
-            await _decision(conn, space_id, ended, subject_kind, "update", verdict, claim_id,
+            transcript.add_evidence(space_id, ended, claim_id, doc_id, "supports")
+            transcript.add_decision(space_id, ended, subject_kind, "update", verdict, claim_id,
                             before=_window(before), after=after)
         await conn.execute("UPDATE assertions SET fact_id = $2, adjudicated_at = clock_timestamp() "
                            "WHERE assertion_id = $1", assertion_id, verdict.target)
@@ -447,8 +489,8 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                     WHERE fact_id = $1""", fact_id, w.valid_from, w.valid_until, w.precision,
                 incoming.statement or label, label)
         stance = "contradicts" if verdict.outcome == "contradict_evidence" else "supports"
-        await _evidence(conn, space_id, fact_id, claim_id, doc_id, stance)
-        await _decision(conn, space_id, fact_id, subject_kind,
+        transcript.add_evidence(space_id, fact_id, claim_id, doc_id, stance)
+        transcript.add_decision(space_id, fact_id, subject_kind,
                         "contradict" if stance == "contradicts" else verdict.outcome, verdict, claim_id,
                         before=_window(before) if before else None, after=verdict.window)
     else:
@@ -474,19 +516,19 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                ON CONFLICT (fact_id, space_id) DO NOTHING""",
             fact_id, space_id, incoming.kind, incoming.subject_id, incoming.predicate, incoming.object_id,
             incoming.statement, label, w.valid_from, w.valid_until, w.precision, group, verdict.confidence)
-        await _evidence(conn, space_id, fact_id, claim_id, doc_id, "supports")
-        await _decision(conn, space_id, fact_id, subject_kind, "add" if verdict.outcome == "add" else "contradict",
+        transcript.add_evidence(space_id, fact_id, claim_id, doc_id, "supports")
+        transcript.add_decision(space_id, fact_id, subject_kind, "add" if verdict.outcome == "add" else "contradict",
                         verdict, claim_id, before=None, after=verdict.window or incoming.window)
         if closer is not None:
             # a successor that arrived first: this fact is history from the start
             await conn.execute("UPDATE facts SET superseded_by = $2 WHERE fact_id = $1", fact_id, closer)
-            await _decision(conn, space_id, fact_id, subject_kind, "supersede", verdict, claim_id,
+            transcript.add_decision(space_id, fact_id, subject_kind, "supersede", verdict, claim_id,
                             before=verdict.window or incoming.window, after=w, related=closer)
         if group is not None:
             await conn.execute("UPDATE facts SET contradiction_group = $2 WHERE fact_id = ANY($1::uuid[])",
                                list(verdict.group_with), group)
             for other in verdict.group_with:
-                await _decision(conn, space_id, other, subject_kind, "contradict", verdict, claim_id,
+                transcript.add_decision(space_id, other, subject_kind, "contradict", verdict, claim_id,
                                 before=None, after=None, related=fact_id)
         for predecessor, close_at in verdict.supersede:
             before = await conn.fetchrow(
@@ -498,32 +540,11 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             await conn.execute(
                 "UPDATE facts SET superseded_by = $2, valid_until = $3, valid_precision = $4 WHERE fact_id = $1",
                 predecessor, fact_id, after.valid_until, after.precision)
-            await _decision(conn, space_id, predecessor, before["kind"], "supersede", verdict, claim_id,
+            transcript.add_decision(space_id, predecessor, before["kind"], "supersede", verdict, claim_id,
                             before=_window(before), after=after, related=fact_id)
     await conn.execute("UPDATE assertions SET fact_id = $2, adjudicated_at = clock_timestamp() "
                        "WHERE assertion_id = $1", assertion_id, fact_id)
     return fact_id
-
-
-async def _evidence(conn: asyncpg.Connection, space_id: uuid.UUID, fact_id: uuid.UUID, claim_id: uuid.UUID,
-                    doc_id: uuid.UUID, stance: str) -> None:
-    await conn.execute(
-        """INSERT INTO fact_evidence (fact_id, claim_id, stance, space_id, doc_id) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (fact_id, claim_id, space_id) DO NOTHING""", fact_id, claim_id, stance, space_id, doc_id)
-
-
-async def _decision(conn: asyncpg.Connection, space_id: uuid.UUID, fact_id: uuid.UUID, subject_kind: str,
-                    outcome: str, verdict: Verdict, claim_id: uuid.UUID | None, *, before: Window | None,
-                    after: Window | None, related: uuid.UUID | None = None) -> None:
-    features = {"reason": verdict.reason, **verdict.features,
-                "window_before": before.as_json() if before else None,
-                "window_after": after.as_json() if after else None}
-    await conn.execute(
-        """INSERT INTO fact_decisions (space_id, fact_id, subject_kind, outcome, method, confidence, related_id,
-                                       claim_id, features)
-           VALUES ($1, $2, $3, $4, 'rules', $5, $6, $7, $8)""",
-        space_id, fact_id, subject_kind, outcome, verdict.confidence, related or verdict.target, claim_id,
-        json.loads(json.dumps(features, default=str)))
 
 
 # --------------------------------------------------------------------------------------
@@ -588,37 +609,50 @@ async def supersede_living_testimony(conn: asyncpg.Connection, space_id: uuid.UU
 # labels, vectors and profiles
 # --------------------------------------------------------------------------------------
 
-async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID) -> list[asyncpg.Record]:
+async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID, model: str
+                           ) -> list[asyncpg.Record]:
+    """The facts a version touched, each with ``needs_vector``: its label has no vector under
+    ``model`` yet. A label only changes with its vector cleared (relabel), so a fact stored
+    with a vector under the model carries its current label's vector."""
     return await conn.fetch(
-        """SELECT DISTINCT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id WHERE a.version_id = $1
-           UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
-           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
-            WHERE m.version_id = $1 AND f.embedding IS NULL
-           UNION
-           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
-            WHERE m.version_id = $1 AND f.embedding IS NULL
-           UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
-           SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-             FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
-            WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
-              AND f.embedding IS NULL""", version_id, space_id)
+        """SELECT u.fact_id, u.label, u.subject_entity_id, u.object_entity_id,
+                  (f.embedding IS NULL OR f.embedding_model IS DISTINCT FROM $3) AS needs_vector
+             FROM (SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                     FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id
+                    WHERE a.version_id = $1
+                   UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
+                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                     FROM mentions m
+                     JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
+                    WHERE m.version_id = $1 AND f.embedding IS NULL
+                   UNION
+                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                     FROM mentions m
+                     JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
+                    WHERE m.version_id = $1 AND f.embedding IS NULL
+                   UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
+                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                     FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
+                    WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
+                      AND f.embedding IS NULL) u
+             JOIN facts f ON f.fact_id = u.fact_id AND f.space_id = $2""", version_id, space_id, model)
 
 
-async def stored_label_vectors(conn: Any, space_id: uuid.UUID, fact_ids: Sequence[uuid.UUID], model: str
-                               ) -> dict[uuid.UUID, np.ndarray]:
-    """The vectors these facts' labels are stored with, under ``model``."""
-    rows = await conn.fetch(
-        """SELECT fact_id, embedding FROM facts
-            WHERE space_id = $1 AND fact_id = ANY($2::uuid[]) AND embedding_model = $3 AND embedding IS NOT NULL""",
-        space_id, list(fact_ids), model)
-    return {r["fact_id"]: np.asarray(r["embedding"].to_numpy(), dtype=np.float32) for r in rows}
-
-
-async def index_facts(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record]) -> None:
-    await index_text(conn, space_id, "fact", [(f["fact_id"], None, f["label"]) for f in facts])
+async def save_label_vectors(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record],
+                             vectors: Sequence[Sequence[float]], model: str) -> None:
+    """Store the vectors of these labels, and their lexical rows, for the facts that still
+    carry the label that was embedded and no vector under ``model``: another version may
+    have relabelled a fact, or embedded it, since its label was read (outside the lock)."""
+    pending = {r["fact_id"]: r["label"] for r in await conn.fetch(
+        """SELECT fact_id, label FROM facts
+            WHERE space_id = $1 AND fact_id = ANY($2::uuid[])
+              AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3)""",
+        space_id, [f["fact_id"] for f in facts], model)}
+    written = [(f, v) for f, v in zip(facts, vectors, strict=True) if pending.get(f["fact_id"]) == f["label"]]
+    await conn.executemany(
+        "UPDATE facts SET embedding = $2, embedding_dim = $3, embedding_model = $4 WHERE fact_id = $1",
+        [(f["fact_id"], np.asarray(v, dtype=np.float32), len(v), model) for f, v in written])
+    await index_text(conn, space_id, "fact", [(f["fact_id"], None, f["label"]) for f, _ in written])
 
 
 async def profile_texts(conn: Any, entity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
@@ -634,28 +668,33 @@ async def profile_texts(conn: Any, entity_ids: Sequence[uuid.UUID]) -> dict[uuid
     return {r["entity_id"]: f"{r['canonical_name']}. {r['summary'] or ''}".strip() for r in rows}
 
 
-async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
-                        vectors: dict[uuid.UUID, list[float]], model: str) -> None:
-    """Store the profiles that changed (text or model) with their vectors and lexical rows;
-    every profile's neighbourhood is re-examined, since its aliases may have changed."""
-    models = {e: model if vectors.get(e) else None for e in profiles}  # what each profile is stored under
-    same = {r["entity_id"] for r in await conn.fetch(
+async def unchanged_profiles(conn: Any, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
+                             models: dict[uuid.UUID, str | None]) -> set[uuid.UUID]:
+    """The entities whose stored profile is this text under this model (None: no vector)."""
+    return {r["entity_id"] for r in await conn.fetch(
         """SELECT e.entity_id FROM entities e
              JOIN unnest($2::uuid[], $3::text[], $4::text[]) AS p(entity_id, summary, model)
                ON p.entity_id = e.entity_id
             WHERE e.space_id = $1 AND e.profile_summary = p.summary AND e.profile_model IS NOT DISTINCT FROM p.model""",
-        space_id, list(profiles), list(profiles.values()), list(models.values()))}
+        space_id, list(profiles), list(profiles.values()), [models[e] for e in profiles])}
+
+
+async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
+                        vectors: dict[uuid.UUID, list[float]], model: str, neighbours: Sequence[uuid.UUID]) -> None:
+    """Store these profiles with their vectors and lexical rows, unless one is already stored
+    so (another version wrote it since it was read); the neighbourhood of every entity in
+    ``neighbours`` is re-examined, since its aliases may have changed."""
+    models = {e: model if vectors.get(e) else None for e in profiles}  # what each profile is stored under
+    same = await unchanged_profiles(conn, space_id, profiles, models)
     changed = {e: t for e, t in profiles.items() if e not in same}
-    for entity_id, text in changed.items():
-        vector = vectors.get(entity_id)
-        await conn.execute(
-            """UPDATE entities SET profile_summary = $2, profile_embedding = $3, profile_dim = $4, profile_model = $5,
-                                   updated_at = clock_timestamp() WHERE entity_id = $1""",
-            entity_id, text, np.asarray(vector, dtype=np.float32) if vector else None,
-            len(vector) if vector else None, models[entity_id])
+    await conn.executemany(
+        """UPDATE entities SET profile_summary = $2, profile_embedding = $3, profile_dim = $4, profile_model = $5,
+                               updated_at = clock_timestamp() WHERE entity_id = $1""",
+        [(e, text, np.asarray(vectors[e], dtype=np.float32) if vectors.get(e) else None,
+          len(vectors[e]) if vectors.get(e) else None, models[e]) for e, text in changed.items()])
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in changed.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
-    await merges.propose_neighbours(conn, space_id, list(profiles))
+    await merges.propose_neighbours(conn, space_id, list(neighbours))
 
 
 def now() -> dt.datetime:

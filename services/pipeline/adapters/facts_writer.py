@@ -5,10 +5,10 @@ evidence counts, reconcile testimony and support, and label and index what chang
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import numpy as np
 
 from services.pipeline.adapters import crossrefs, reresolution
 from services.pipeline.adapters import facts_store as fs
@@ -62,6 +62,9 @@ class FactsWriter:
         and what depended on them adjudicated again, here (see reresolution)."""
         cache: dict[str, Any] = {}
         arrivals: set[str] = set()
+        # Every name is resolved before any mention of this version is saved, and the names
+        # resolved so far are in the cache: the document's saved mentions are read once.
+        saved = await fs.document_entities(conn, source.doc_id)
         names = [(claim["claim_id"], ordinal, role, name) for claim, drafts, _ in drafted
                  for ordinal, draft in enumerate(drafts)
                  for role, name in (("subject", draft.subject), ("object", draft.object)) if name is not None]
@@ -71,54 +74,58 @@ class FactsWriter:
         for claim_id, ordinal, role, name in sorted(names, key=lambda n: " " not in normalize_name(n[3])):
             resolved[claim_id, ordinal, role] = await fs.resolve(
                 conn, source.space_id, source.doc_id, name, cache, context_vector=context_vector,
-                claim_id=claim_id, arrivals=arrivals)
+                claim_id=claim_id, arrivals=arrivals, saved=saved)
+        # Mentions, assertions and outcomes are written in three batches (their ids are derived):
+        # nothing below reads them before rival_arrived, and the mentions' entities are cached.
+        mentions: list[tuple[Any, ...]] = []
+        assertions: list[tuple[Any, ...]] = []
+        outcomes: list[tuple[Any, ...]] = []
         for claim, drafts, reason in drafted:
             view = ClaimView(str(claim["claim_id"]), claim["claim_text"], claim["is_attributed"],
                              claim["attributed_to"], claim["claim_valid_from"], claim["claim_valid_until"],
                              claim["claim_valid_precision"], claim["claim_valid_kind"], claim["asserted_at"])
-            written = 0
             for ordinal, draft in enumerate(drafts):
+                mention = {"space_id": source.space_id, "doc_id": source.doc_id, "version_id": source.version_id,
+                           "claim_id": claim["claim_id"], "ordinal": ordinal}
                 subject_id, subject_verdict = resolved[claim["claim_id"], ordinal, "subject"]
-                subject_mention = await fs.save_mention(
-                    conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
-                    claim_id=claim["claim_id"], ordinal=ordinal, role="subject", surface=draft.subject,
-                    entity_id=subject_id, verdict=subject_verdict)
+                mentions.append(fs.mention_row(**mention, role="subject", surface=draft.subject,
+                                               entity_id=subject_id, verdict=subject_verdict))
+                subject_mention = mentions[-1][0]
                 object_mention = None
                 features: dict[str, Any] = dict(draft.features)
                 if draft.object is not None:
                     object_id, object_verdict = resolved[claim["claim_id"], ordinal, "object"]
-                    object_mention = await fs.save_mention(
-                        conn, space_id=source.space_id, doc_id=source.doc_id, version_id=source.version_id,
-                        claim_id=claim["claim_id"], ordinal=ordinal, role="object", surface=draft.object,
-                        entity_id=object_id, verdict=object_verdict)
+                    mentions.append(fs.mention_row(**mention, role="object", surface=draft.object,
+                                                   entity_id=object_id, verdict=object_verdict))
+                    object_mention = mentions[-1][0]
                 if draft.previous_object is not None:
                     previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
-                                                      cache, arrivals=arrivals)
+                                                      cache, arrivals=arrivals, saved=saved)
                     features["previous_object_id"] = str(previous_id)
                 if draft.features.get("previous_holder"):
                     # the previous holder is a mention like any other name ("took over X from Dev Patel")
                     await fs.resolve(conn, source.space_id, source.doc_id, str(draft.features["previous_holder"]),
-                                     cache, arrivals=arrivals)
+                                     cache, arrivals=arrivals, saved=saved)
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
                 window = claim_window(view, draft)
-                await conn.execute(
-                    """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
-                                               subject_mention_id, predicate, object_mention_id, statement,
-                                               valid_from, valid_until, valid_precision, valid_kind, change_kind,
-                                               features)
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-                       ON CONFLICT (claim_id, ordinal, space_id) DO NOTHING""",
+                assertions.append((
                     derived_id("assertion", claim["claim_id"], ordinal), source.space_id, source.version_id,
                     claim["claim_id"], ordinal, draft.kind, subject_mention, draft.predicate, object_mention,
                     draft.statement, window.valid_from, window.valid_until, window.precision, view.valid_kind,
-                    draft.change_kind, features)
-                written += 1
-            await conn.execute(
-                """INSERT INTO normalization_outcomes (claim_id, version_id, space_id, assertions, reason)
-                   VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""",
-                claim["claim_id"], source.version_id, source.space_id, written,
-                None if written else (reason or "unknown_predicate"))
+                    draft.change_kind, features))
+            outcomes.append((claim["claim_id"], source.version_id, source.space_id, len(drafts),
+                             None if drafts else (reason or "unknown_predicate")))
+        await fs.save_mentions(conn, mentions)
+        await conn.executemany(
+            """INSERT INTO assertions (assertion_id, space_id, version_id, claim_id, ordinal, kind,
+                                       subject_mention_id, predicate, object_mention_id, statement,
+                                       valid_from, valid_until, valid_precision, valid_kind, change_kind, features)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+               ON CONFLICT (claim_id, ordinal, space_id) DO NOTHING""", assertions)
+        await conn.executemany(
+            """INSERT INTO normalization_outcomes (claim_id, version_id, space_id, assertions, reason)
+               VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""", outcomes)
         moved = await reresolution.rival_arrived(conn, source, arrivals) if arrivals else []
         if moved:
             reopened = await reresolution.reopen(conn, source, moved)
@@ -155,6 +162,7 @@ class FactsWriter:
     @staticmethod
     async def _adjudicate(conn: asyncpg.Connection, space_id: uuid.UUID, rows: list[asyncpg.Record], *,
                           floor: float) -> None:
+        transcript = fs.Transcript()
         for r in rows:
             if not r["is_current_testimony"]:
                 # A later version (living mode) or a deletion retired the claim before its
@@ -183,7 +191,8 @@ class FactsWriter:
                      else observation_label(r["subject_name"], r["statement"] or "", features))
             await fs.apply(conn, space_id=space_id, incoming=incoming, verdict=verdict,
                            assertion_id=r["assertion_id"], claim_id=r["claim_id"], doc_id=r["doc_id"], label=label,
-                           generation=int(features.get("generation") or 0))
+                           transcript=transcript, generation=int(features.get("generation") or 0))
+        await transcript.write(conn)
 
     async def settle_counts(self, conn: asyncpg.Connection, source: VersionSource) -> None:
         """Evidence counts of every fact this version touched (including the facts it closed)."""
@@ -221,28 +230,34 @@ class FactsWriter:
         """Cross-references this version makes (and earlier documents make to it), for citation paths."""
         await crossrefs.link_version(conn, source, markdown)
 
-    async def labels_and_profiles(self, source: VersionSource) -> tuple[list[asyncpg.Record], dict[uuid.UUID, str]]:
-        facts = await fs.facts_of_version(self.db, source.space_id, source.version_id)
-        entities = {f["subject_entity_id"] for f in facts} | {f["object_entity_id"] for f in facts
-                                                               if f["object_entity_id"]}
-        return facts, await fs.profile_texts(self.db, sorted(entities))
+    async def labels_to_embed(self, source: VersionSource, model: str) -> Labels:
+        """What this version's label stage must embed under ``model``: the labels of its facts
+        that have no vector under it, and the profiles of their entities whose text changed."""
+        facts = await fs.facts_of_version(self.db, source.space_id, source.version_id, model)
+        entities = sorted({f["subject_entity_id"] for f in facts} | {f["object_entity_id"] for f in facts
+                                                                      if f["object_entity_id"]})
+        profiles = await fs.profile_texts(self.db, entities)
+        same = await fs.unchanged_profiles(self.db, source.space_id, profiles, dict.fromkeys(profiles, model))
+        return Labels([f for f in facts if f["needs_vector"]],
+                      {e: t for e, t in profiles.items() if e not in same}, entities)
 
-    async def save_labels(self, conn: asyncpg.Connection, source: VersionSource, facts: list[asyncpg.Record],
-                          vectors: list[list[float]], profiles: dict[uuid.UUID, str],
-                          profile_vectors: dict[uuid.UUID, list[float]], model: str) -> None:
-        """Write the labels' and profiles' vectors and lexical rows. A fact whose stored vector
-        is already this one (its label did not change since it was last embedded: most facts
-        a new version touches again) is left as it is: rewriting it would add a row version,
-        a graph entry and its postings again, for nothing."""
-        stored = await fs.stored_label_vectors(conn, source.space_id, [f["fact_id"] for f in facts], model)
-        fresh = [(f, np.asarray(v, dtype=np.float32)) for f, v in zip(facts, vectors, strict=True)]
-        changed = [(f, v) for f, v in fresh
-                   if f["fact_id"] not in stored or not np.array_equal(stored[f["fact_id"]], v)]
-        await conn.executemany(
-            "UPDATE facts SET embedding = $2, embedding_dim = $3, embedding_model = $4 WHERE fact_id = $1",
-            [(f["fact_id"], v, len(v), model) for f, v in changed])
-        await fs.index_facts(conn, source.space_id, [f for f, _ in changed])
-        await fs.save_profiles(conn, source.space_id, profiles, profile_vectors, model)
+    async def save_labels(self, conn: asyncpg.Connection, source: VersionSource, labels: Labels,
+                          vectors: list[list[float]], profile_vectors: dict[uuid.UUID, list[float]],
+                          model: str) -> None:
+        """Write the labels' and profiles' vectors and lexical rows. A fact or profile already
+        stored with its vector is not rewritten (a row version, a graph entry and its postings
+        again, for nothing): most facts a new version touches were embedded before."""
+        await fs.save_label_vectors(conn, source.space_id, labels.facts, vectors, model)
+        await fs.save_profiles(conn, source.space_id, labels.profiles, profile_vectors, model, labels.entities)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A version's label work: facts to embed, profiles to embed, every entity touched."""
+
+    facts: list[asyncpg.Record]
+    profiles: dict[uuid.UUID, str]
+    entities: list[uuid.UUID]
 
 
 async def _facts_of_assertions(conn: asyncpg.Connection, assertion_ids: list[uuid.UUID]) -> list[uuid.UUID]:

@@ -116,9 +116,10 @@ async def mention(conn: asyncpg.Connection, s: Space, surface: str, claim_text: 
                if vectors else None)
     entity_id, verdict = await fs.resolve(conn, s.space_id, s.doc_id, surface, {} if cache is None else cache,
                                           context_vector=context, claim_id=claim_id)
-    mention_id = await fs.save_mention(conn, space_id=s.space_id, doc_id=s.doc_id, version_id=s.version_id,
-                                       claim_id=claim_id, ordinal=0, role="subject", surface=surface,
-                                       entity_id=entity_id, verdict=verdict)
+    row = fs.mention_row(space_id=s.space_id, doc_id=s.doc_id, version_id=s.version_id, claim_id=claim_id,
+                         ordinal=0, role="subject", surface=surface, entity_id=entity_id, verdict=verdict)
+    await fs.save_mentions(conn, [row])
+    mention_id = row[0]
     return entity_id, await conn.fetchrow("SELECT * FROM mentions WHERE mention_id = $1", mention_id)
 
 

@@ -93,13 +93,12 @@ async def stage(db: Database, source: VersionSource, name: str) -> None:
             await writer.normalize(conn, source, drafted, floor=0.75)
         return
     if name == "label":
-        facts, profiles = await writer.labels_and_profiles(source)
-        ids = list(profiles)
-        vectors = [HASH.embed_one(f["label"]) for f in facts]
-        profile_vectors = {e: HASH.embed_one(profiles[e]) for e in ids}
+        labels = await writer.labels_to_embed(source, HASH.model)
+        vectors = [HASH.embed_one(f["label"]) for f in labels.facts]
+        profile_vectors = {e: HASH.embed_one(t) for e, t in labels.profiles.items()}
         async with db.transaction() as conn:
             await lock_space(conn, source.space_id)
-            await writer.save_labels(conn, source, facts, vectors, profiles, profile_vectors, HASH.model)
+            await writer.save_labels(conn, source, labels, vectors, profile_vectors, HASH.model)
         return
     async with db.transaction() as conn:
         await lock_space(conn, source.space_id)
@@ -256,8 +255,9 @@ async def _row_versions(db: Database, space_id: uuid.UUID) -> dict[str, dict[str
 
 async def test_labelling_again_rewrites_only_what_changed(db: Database) -> None:
     # A version's label stage embeds its facts' labels and their entities' profiles. A fact
-    # or profile stored with the same vector and text is left alone (no new row version, no
-    # postings rewritten); one whose label changed is written again, postings and all.
+    # stored with a vector under the model, or a profile with the same text, is neither
+    # embedded nor written again (no new row version, no postings rewritten); a relabelled one
+    # (its vector cleared, as relabel does) is written again, postings and all.
     space_id, _ = await run(db, [0, 1])
     before = await _row_versions(db, space_id)
     assert before["facts"] and before["entities"]
@@ -268,12 +268,16 @@ async def test_labelling_again_rewrites_only_what_changed(db: Database) -> None:
     for source in sources:
         await stage(db, source, "label")
     assert await _row_versions(db, space_id) == before
+    for source in sources:  # and nothing was embedded again
+        again = await FactsWriter(db).labels_to_embed(source, HASH.model)
+        assert again.facts == [] and again.profiles == {} and again.entities
 
     async with db.acquire() as conn:
         fact = await conn.fetchrow(
             "SELECT fact_id, label, subject_entity_id FROM facts WHERE space_id = $1 AND label LIKE 'Ravi%' "
             "ORDER BY label LIMIT 1", space_id)
-        await conn.execute("UPDATE facts SET label = label || ' rechecked' WHERE fact_id = $1", fact["fact_id"])
+        await conn.execute("UPDATE facts SET label = label || ' rechecked', embedding = NULL, embedding_dim = NULL, "
+                           "embedding_model = NULL WHERE fact_id = $1", fact["fact_id"])
     for source in sources:
         await stage(db, source, "label")
     after = await _row_versions(db, space_id)
@@ -288,3 +292,27 @@ async def test_labelling_again_rewrites_only_what_changed(db: Database) -> None:
     assert relabelled in profile  # the subject's profile names its facts' labels: rewritten too
     untouched = {k: v for k, v in before["facts"].items() if k != fact["label"]}
     assert {k: after["facts"][k] for k in untouched} == untouched
+
+
+async def test_a_label_changed_after_it_was_read_keeps_no_stale_vector(db: Database) -> None:
+    # The label stage reads and embeds outside the space lock; a relabel in between wins: the
+    # vector of the old label is not stored, and the fact stays for a later label stage.
+    space_id, _ = await run(db, [0])
+    async with db.acquire() as conn:
+        fact = await conn.fetchrow("SELECT fact_id, label FROM facts WHERE space_id = $1 ORDER BY label LIMIT 1",
+                                   space_id)
+        await conn.execute("UPDATE facts SET embedding = NULL, embedding_dim = NULL, embedding_model = NULL "
+                           "WHERE fact_id = $1", fact["fact_id"])
+        version = await conn.fetchval("SELECT version_id FROM document_versions WHERE space_id = $1", space_id)
+    source = await PgStageStore(db).version(version)
+    writer = FactsWriter(db)
+    labels = await writer.labels_to_embed(source, HASH.model)
+    assert [f["fact_id"] for f in labels.facts] == [fact["fact_id"]]
+    async with db.transaction() as conn:
+        await lock_space(conn, space_id)
+        await conn.execute("UPDATE facts SET label = label || ' renamed' WHERE fact_id = $1", fact["fact_id"])
+        await writer.save_labels(conn, source, labels, [HASH.embed_one(fact["label"])], {}, HASH.model)
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT embedding IS NULL FROM facts WHERE fact_id = $1", fact["fact_id"])
+    assert [f["label"] for f in (await writer.labels_to_embed(source, HASH.model)).facts] == \
+        [f"{fact['label']} renamed"]
