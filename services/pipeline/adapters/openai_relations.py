@@ -332,9 +332,13 @@ def convert(claim: ClaimView, raw: list[dict[str, Any]]) -> Result:
             holder = ""
         extra: dict[str, object] = {"hedged": True} if entry["hedged"] else {}
         change = entry["change_kind"]
-        if entry["mood"] == "plan":  # an intention is an observation of kind plan, never state
-            drafts.append(AssertionDraft("observation", subject, statement=text,
-                                         features={**extra, **statement_label_features(text, subject), "kind": "plan"}))
+        if entry["mood"] == "plan" or entry["hedged"]:
+            # an intention (an observation of kind plan) or a guess ("maybe Victor leads it",
+            # flagged) is an observation, never state: the same rule as the parse reading's
+            features = {**extra, **statement_label_features(text, subject)}
+            if entry["mood"] == "plan":
+                features["kind"] = "plan"
+            drafts.append(AssertionDraft("observation", subject, statement=text, features=features))
             continue
         attribute = _name(entry["attribute"]) if kind == "observation" else ""
         value = (entry["value"] or "").strip()[:_VALUE_CHARS] if attribute else ""

@@ -376,6 +376,10 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             extra["undated"] = True  # the claim's date belongs to another clause of it
         if r.hedged:
             extra["hedged"] = True
+            if r.kind in ("relation", "attribute", "succession"):
+                # "Maybe Victor leads the review": what is guessed is no state; the claim stays
+                # as a flagged observation, its sentence the statement
+                r = reading.Reading("statement", subject=r.subject, hedged=True, label=r.label)
         if r.kind == "nonfact":
             if holder is not None and r.mood == "opinion" and is_entity_name(holder):
                 drafts.append(AssertionDraft("observation", holder, statement=text,

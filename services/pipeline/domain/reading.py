@@ -515,7 +515,6 @@ def read(text: str) -> list[Reading]:
         text, doc = repaired, nlp.parse(repaired)
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
-    hedged = any(t.lower_ in _HEDGES for t in doc) or bool(re.search(r"\b(?:seems|appears) to\b", text, re.I))
     for sentence in doc.sents:
         if sentence.text.rstrip(" \"'”)*_").endswith("?"):
             out.append(Reading("nonfact", mood="question", label=sentence.text.strip()))
@@ -538,6 +537,7 @@ def read(text: str) -> list[Reading]:
         heads += [c for c in root.children if c.dep_ == "ccomp" and c.i < root.i and c.pos_ == "VERB"
                   and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
+        hedged_heads = _hedged_heads(sentence)
         inherited: list[Any] = []
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
@@ -589,6 +589,7 @@ def read(text: str) -> list[Reading]:
             main = _read_clause(clause, sentence)
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
+            main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             for reading in [*main, *extra]:
                 former = formers.get((reading.subject, reading.predicate))
                 if former and reading.kind == "relation" and reading.previous is None \
@@ -596,11 +597,35 @@ def read(text: str) -> list[Reading]:
                     reading = _replace(reading, previous=former)
                 if correction and reading.change == "none" and reading.kind in ("relation", "attribute"):
                     reading = _replace(reading, change="correction")
-                if hedged and not reading.hedged:
-                    reading = _replace(reading, hedged=True)
                 out.append(reading)
             extra = []
     return out
+
+
+_CONTRAST = frozenset(("but", "though", "although", "however", "yet"))
+
+
+def _hedged_heads(sentence: Any) -> set[Any]:
+    """The verbs a hedge qualifies: "Maybe Victor leads the review" (maybe -> leads), "Ana
+    seems to own it" (seems -> own). A hedge that answers what was said before ("maybe, but
+    the scheduler is owned by data ops") qualifies nothing of its own sentence."""
+    heads: set[Any] = set()
+    for t in sentence:
+        seems = t.lemma_.lower() in ("seem", "appear") and any(c.dep_ == "xcomp" for c in t.children)
+        if t.lower_ not in _HEDGES and not seems:
+            continue
+        if seems:
+            heads.add(t)
+            heads.update(c for c in t.children if c.dep_ == "xcomp")
+            continue
+        governor = t.head
+        while governor.pos_ not in ("VERB", "AUX") and governor.head.i != governor.i:
+            governor = governor.head
+        if t.i < governor.i and any(n.lower_ in _CONTRAST for n in t.doc[t.i + 1:governor.i]):
+            continue  # "likely so, but Bo owns it": the hedge answers what was said before
+        heads.add(governor)
+        heads.update(c for c in governor.children if c.dep_ == "xcomp")
+    return heads
 
 
 def _starts_on(c: _Clause) -> bool:

@@ -115,6 +115,17 @@ async def test_good_reply_becomes_drafts_in_claim_order(server: FakeOpenAI) -> N
     assert len(server.requests) == 1  # one batch; the attributed claim needed no model call
 
 
+async def test_a_hedged_relation_is_a_flagged_observation_never_state(server: FakeOpenAI) -> None:
+    # the parse reading's rule: "maybe Victor leads it" is kept as what was said, not as a fact
+    maybe = view("Maybe Victor leads the data quality review.")
+    reply = {"results": [{"claim_id": "c1", "assertions": [
+        relation("Victor", "other:leads", "the data quality review", hedged=True)]}]}
+    [(drafts, reason)] = await normalize(server, [maybe], reply)
+    assert reason is None and [(d.kind, d.subject, d.predicate, d.statement) for d in drafts] == [
+        ("observation", "Victor", None, maybe.claim_text)]
+    assert drafts[0].features["hedged"] is True and "kind" not in drafts[0].features
+
+
 async def test_provider_identity(server: FakeOpenAI) -> None:
     async with provider_for(server) as provider:
         checked: RelationProvider = provider
