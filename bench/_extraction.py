@@ -32,7 +32,7 @@ from pathlib import Path
 
 from services.pipeline.domain import claims as claims_domain
 from services.pipeline.domain import facts as facts_domain
-from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, decide, holder_predicates
+from services.pipeline.domain.adjudicate import FactView, Incoming, PendingEnd, Verdict, decide, holder_predicates
 from services.pipeline.domain.entities import compatible, proper_name
 from services.pipeline.domain.facts import (
     AssertionDraft,
@@ -151,7 +151,7 @@ class Memory:
 
     entities: dict[str, tuple[uuid.UUID, str]] = field(default_factory=dict)
     facts: dict[uuid.UUID, HeldFact] = field(default_factory=dict)
-    pending_ends: list[tuple[uuid.UUID, uuid.UUID, dt.datetime | None]] = field(default_factory=list)
+    pending_ends: list[tuple[uuid.UUID, uuid.UUID, PendingEnd]] = field(default_factory=list)
     counter: int = 0
 
     names: dict[uuid.UUID, str] = field(default_factory=dict)
@@ -214,7 +214,7 @@ def _closed(window: Window, at: dt.datetime) -> Window:
 def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: AssertionDraft) -> None:
     if verdict.outcome == "drop":
         if verdict.reason == "pending_end" and a.object_id is not None:
-            memory.pending_ends.append((a.subject_id, a.object_id, a.window.valid_from))
+            memory.pending_ends.append((a.subject_id, a.object_id, PendingEnd(a.window.valid_from, a.said_at)))
         return
     if verdict.outcome == "end":
         for fact_id, at in verdict.supersede:
@@ -300,7 +300,7 @@ async def _adjudicate(memory: Memory, view: ClaimView, draft: AssertionDraft) ->
                         attribute=attribute_key(draft.statement or "", normalize_name(subject_name)),
                         statement_key=normalize_name(draft.statement or ""), ends=bool(draft.features.get("ends")),
                         said_at=view.asserted_at, until_claim=bool(draft.features.get("until_claim")))
-    ends = [at for s, o, at in memory.pending_ends if s == subject_id and o == object_id]
+    ends = [end for s, o, end in memory.pending_ends if s == subject_id and o == object_id]
     verdict = decide(incoming, memory.views(incoming), pending_ends=ends)
     label = (relation_label(subject_name, draft.predicate or "", object_name or "") if draft.kind == "relation"
              else draft.statement or "")

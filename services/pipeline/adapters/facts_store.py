@@ -20,7 +20,7 @@ import numpy as np
 
 from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
-from services.pipeline.domain.adjudicate import FactView, Incoming, Verdict, holder_predicates
+from services.pipeline.domain.adjudicate import FactView, Incoming, PendingEnd, Verdict, holder_predicates
 from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose, entity_compatible
 from services.pipeline.domain.facts import (
     ClaimView,
@@ -399,17 +399,19 @@ async def fact_views(conn: asyncpg.Connection, space_id: uuid.UUID, incoming: In
 
 
 async def pending_ends(conn: asyncpg.Connection, space_id: uuid.UUID, subject_id: uuid.UUID,
-                       object_id: uuid.UUID | None) -> list[dt.datetime | None]:
-    """Ends ("left X") read for this subject and object that found no fact when they arrived."""
+                       object_id: uuid.UUID | None) -> list[PendingEnd]:
+    """Ends ("left X", "no longer") read for this subject and object that found no fact when
+    they arrived, with when they were said."""
     if object_id is None:
         return []
     rows = await conn.fetch(
-        """SELECT a.valid_from FROM assertions a
+        """SELECT a.valid_from, c.asserted_at, a.claim_id, c.doc_id FROM assertions a
+             JOIN claims c ON c.claim_id = a.claim_id AND c.space_id = a.space_id
              JOIN mentions sm ON sm.mention_id = a.subject_mention_id AND sm.space_id = a.space_id
              JOIN mentions om ON om.mention_id = a.object_mention_id AND om.space_id = a.space_id
             WHERE a.space_id = $1 AND a.kind = 'relation' AND a.features->>'dropped' = 'pending_end'
               AND sm.resolved_entity_id = $2 AND om.resolved_entity_id = $3""", space_id, subject_id, object_id)
-    return [r["valid_from"] for r in rows]
+    return [PendingEnd(r["valid_from"], r["asserted_at"], (r["claim_id"], r["doc_id"])) for r in rows]
 
 
 async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reason: str | None) -> None:
@@ -468,7 +470,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                                ended, after.valid_until, after.precision)
             transcript.add_evidence(space_id, ended, claim_id, doc_id, "supports")
             transcript.add_decision(space_id, ended, subject_kind, "update", verdict, claim_id,
-                            before=_window(before), after=after)
+                                    before=_window(before), after=after)
         await conn.execute("UPDATE assertions SET fact_id = $2, adjudicated_at = clock_timestamp() "
                            "WHERE assertion_id = $1", assertion_id, verdict.target)
         return verdict.target
@@ -491,8 +493,8 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
         stance = "contradicts" if verdict.outcome == "contradict_evidence" else "supports"
         transcript.add_evidence(space_id, fact_id, claim_id, doc_id, stance)
         transcript.add_decision(space_id, fact_id, subject_kind,
-                        "contradict" if stance == "contradicts" else verdict.outcome, verdict, claim_id,
-                        before=_window(before) if before else None, after=verdict.window)
+                                "contradict" if stance == "contradicts" else verdict.outcome, verdict, claim_id,
+                                before=_window(before) if before else None, after=verdict.window)
     else:
         fact_id = derived_id("fact", assertion_id, generation) if generation else derived_id("fact", assertion_id)
         w = verdict.window or incoming.window
@@ -517,19 +519,21 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             fact_id, space_id, incoming.kind, incoming.subject_id, incoming.predicate, incoming.object_id,
             incoming.statement, label, w.valid_from, w.valid_until, w.precision, group, verdict.confidence)
         transcript.add_evidence(space_id, fact_id, claim_id, doc_id, "supports")
+        if verdict.closed_by is None and verdict.ended_at is not None and verdict.ended_by is not None:
+            transcript.add_evidence(space_id, fact_id, *verdict.ended_by, "supports")  # the end read first
         transcript.add_decision(space_id, fact_id, subject_kind, "add" if verdict.outcome == "add" else "contradict",
-                        verdict, claim_id, before=None, after=verdict.window or incoming.window)
+                                verdict, claim_id, before=None, after=verdict.window or incoming.window)
         if closer is not None:
             # a successor that arrived first: this fact is history from the start
             await conn.execute("UPDATE facts SET superseded_by = $2 WHERE fact_id = $1", fact_id, closer)
             transcript.add_decision(space_id, fact_id, subject_kind, "supersede", verdict, claim_id,
-                            before=verdict.window or incoming.window, after=w, related=closer)
+                                    before=verdict.window or incoming.window, after=w, related=closer)
         if group is not None:
             await conn.execute("UPDATE facts SET contradiction_group = $2 WHERE fact_id = ANY($1::uuid[])",
                                list(verdict.group_with), group)
             for other in verdict.group_with:
                 transcript.add_decision(space_id, other, subject_kind, "contradict", verdict, claim_id,
-                                before=None, after=None, related=fact_id)
+                                        before=None, after=None, related=fact_id)
         for predecessor, close_at in verdict.supersede:
             before = await conn.fetchrow(
                 "SELECT kind, valid_from, valid_until, valid_precision FROM facts WHERE fact_id = $1", predecessor)
@@ -541,7 +545,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                 "UPDATE facts SET superseded_by = $2, valid_until = $3, valid_precision = $4 WHERE fact_id = $1",
                 predecessor, fact_id, after.valid_until, after.precision)
             transcript.add_decision(space_id, predecessor, before["kind"], "supersede", verdict, claim_id,
-                            before=_window(before), after=after, related=fact_id)
+                                    before=_window(before), after=after, related=fact_id)
     await conn.execute("UPDATE assertions SET fact_id = $2, adjudicated_at = clock_timestamp() "
                        "WHERE assertion_id = $1", assertion_id, fact_id)
     return fact_id

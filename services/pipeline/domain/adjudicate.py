@@ -60,6 +60,29 @@ class Incoming:
     until_claim: bool = False
 
 
+def said_day(said_at: dt.datetime) -> dt.datetime:
+    """The start of the day something was said on: the end an undated "no longer" gives (a
+    day-precision bound, like every stated day)."""
+    return said_at.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class PendingEnd:
+    """An end ("left X", "no longer owns X") read before the fact it ends: its stated date,
+    or none (then it holds from when it was said, for facts said before it)."""
+
+    at: dt.datetime | None
+    said_at: dt.datetime | None = None
+    evidence: tuple[uuid.UUID, uuid.UUID] | None = None  # its claim and document
+
+    def closes(self, fact_said_at: dt.datetime | None, start: dt.datetime | None) -> dt.datetime | None:
+        """When it ends a fact said at ``fact_said_at`` that starts at ``start`` (None: not)."""
+        at = self.at
+        if at is None and self.said_at is not None and fact_said_at is not None and fact_said_at < self.said_at:
+            at = said_day(self.said_at)  # "no longer", undated: by the day it was said
+        return at if at is not None and (start is None or at > start) else None
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: str  # add | noop | update | contradict | contradict_evidence | drop | end
@@ -73,8 +96,10 @@ class Verdict:
     # a held fact that starts later and would have closed this one had it arrived first:
     # the new fact is added already closed at that start (order independence)
     closed_by: tuple[uuid.UUID, dt.datetime | None] | None = None
-    # an end that arrived before this fact ("left X on 1 May"): the new fact ends there
+    # an end that arrived before this fact ("left X on 1 May"): the new fact ends there, and
+    # that end's claim (and document) is its evidence, as when the end arrives second
     ended_at: dt.datetime | None = None
+    ended_by: tuple[uuid.UUID, uuid.UUID] | None = None
 
 
 def _overlap(a: Window, b: Window) -> bool:
@@ -171,16 +196,19 @@ def _later_successor(a: Incoming, candidates: Sequence[FactView], same: set[uuid
 
 
 def decide(incoming: Incoming, candidates: Sequence[FactView], *, floor: float = 0.75,
-           pending_ends: Sequence[dt.datetime | None] = ()) -> Verdict:
-    """``pending_ends``: dates of ends ("left X") already read for this subject and object
+           pending_ends: Sequence[PendingEnd] = ()) -> Verdict:
+    """``pending_ends``: ends ("left X", "no longer") already read for this subject and object
     that found no fact to end when they arrived."""
     verdict = _decide(incoming, candidates)
     if verdict.outcome in ("add", "contradict") and incoming.kind == "relation" and not incoming.ends:
         start = (verdict.window or incoming.window).valid_from
-        ends = sorted(t for t in pending_ends if t is not None and (start is None or t > start))
+        ends = sorted(((t, e) for e in pending_ends if (t := e.closes(incoming.said_at, start)) is not None),
+                      key=lambda pair: (pair[0], str(pair[1].evidence)))
         if ends:
+            at, end = ends[0]
             verdict = Verdict(verdict.outcome, verdict.confidence, verdict.target, verdict.window, verdict.supersede,
-                              verdict.group_with, verdict.reason, verdict.features, verdict.closed_by, ends[0])
+                              verdict.group_with, verdict.reason, verdict.features, verdict.closed_by, at,
+                              end.evidence)
     if verdict.outcome in ("noop", "update") and verdict.confidence < floor:
         return Verdict("add", verdict.confidence, window=incoming.window, reason="below_confidence_floor",
                        features={"would_have": verdict.outcome, "target": str(verdict.target)})
@@ -274,7 +302,13 @@ def _end(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     if not targets:
         return Verdict("drop", 1.0, reason="pending_end")
     if at is None:
-        return Verdict("contradict_evidence", 0.85, target=targets[0].fact_id, reason="ended_undated")
+        # "Tomasz no longer owns it", undated: what was said before it had ended by the time
+        # it was said; what was said with or after it only contradicts it
+        said_before = [c for c in targets if c.said_at is not None and a.said_at is not None
+                       and c.said_at < a.said_at]
+        if not said_before or a.said_at is None:
+            return Verdict("contradict_evidence", 0.85, target=targets[0].fact_id, reason="ended_undated")
+        targets, at = said_before, said_day(a.said_at)
     live = [c for c in targets if c.window.valid_from is None or c.window.valid_from < at]
     live = [c for c in live if c.window.valid_until is None or c.window.valid_until > at]
     if not live:

@@ -397,6 +397,10 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         elif dep == "advmod" and child.lower_ in ("longer", "more") and any(c.lower_ in ("no", "any")
                                                                            for c in child.children):
             no_longer = True
+        elif dep == "advmod" and child.lower_ == "anymore" and child.i > head.i:
+            # "doesn't lead the squad anymore"; a "not anymore, I report to Ines now" before
+            # the verb answers what was asked, and ends nothing of its own clause
+            no_longer = True
         elif dep == "aux" and child.lower_ in ("will", "shall", "'ll", "wo"):
             modal = modal or "will"
         elif dep == "aux" and child.lemma_.lower() in _HYPO_AUX:

@@ -316,3 +316,23 @@ async def test_a_label_changed_after_it_was_read_keeps_no_stale_vector(db: Datab
         assert await conn.fetchval("SELECT embedding IS NULL FROM facts WHERE fact_id = $1", fact["fact_id"])
     assert [f["label"] for f in (await writer.labels_to_embed(source, HASH.model)).facts] == \
         [f"{fact['label']} renamed"]
+
+
+async def test_an_undated_no_longer_ends_what_was_said_before_it_in_either_order(db: Database) -> None:
+    # "Tomasz no longer owns the DNS config", said on 4 May with no date of its own: the fact
+    # said on 1 April had ended by that day, whichever document the pipeline reads first (the
+    # end read first waits, with when it was said, for the fact it ends). What is said after
+    # the end is only contradicted by it.
+    owns = ("owns", "# Infra\n\nTomasz Lis owns the DNS config.\n", "2026-04-01")
+    ends = ("ends", "# Infra\n\nTomasz Lis no longer owns the DNS config.\n", "2026-05-04")
+    later = ("later", "# Infra\n\nTomasz Lis owns the DNS config.\n", "2026-06-01")
+    held = {}
+    for order in ([0, 1], [1, 0]):
+        _, snap = await run(db, order, documents=(owns, ends))
+        held[tuple(order)] = snap["facts"]
+    assert held[(0, 1)] == held[(1, 0)]
+    [fact] = held[(0, 1)]
+    assert fact[:4] == ("Tomasz Lis owns DNS config", "None", "2026-05-04 00:00:00+00:00", "day"), fact
+    _, snap = await run(db, [1, 0], documents=(later, ends))
+    [fact] = snap["facts"]
+    assert fact[:4] == ("Tomasz Lis owns DNS config", "None", "None", "unknown"), fact
