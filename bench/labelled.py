@@ -15,7 +15,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.pipeline.domain.structure import parse_blocks
+from services.platform.structure import parse_blocks
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "retrieval"
 BLIND_DIR = DATA_DIR.with_name("retrieval_blind")  # scored apart, never tuned on

@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
 from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.pipeline.domain.grounding import ground
-from services.pipeline.domain.structure import (
+from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
+from services.platform import telemetry
+from services.platform.ledger import is_model_call
+from services.platform.structure import (
     build_sections,
     chunk,
     embedding_inputs,
@@ -28,9 +31,6 @@ from services.pipeline.domain.structure import (
     parse_blocks,
     reuse_plan,
 )
-from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
-from services.platform import telemetry
-from services.platform.ledger import is_model_call
 
 if TYPE_CHECKING:
     from services.pipeline.adapters.converters import Converter

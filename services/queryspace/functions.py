@@ -352,7 +352,7 @@ class Evaluator:
 
 
 def _content_hash(text: str) -> str:
-    from services.pipeline.domain.structure import normalized_hash
+    from services.platform.structure import normalized_hash
     return normalized_hash(text)
 
 

@@ -21,9 +21,9 @@ import asyncpg
 from google.protobuf import struct_pb2, timestamp_pb2
 from testament.common.v1 import types_pb2 as t
 
-from services.pipeline.domain.structure import retrieval_unit_spans
 from services.platform.auth import Caller
 from services.platform.errors import Unavailable
+from services.platform.structure import retrieval_unit_spans
 from services.platform.text import fold, normalize_name, query_tokens, tokens
 from services.platform.wire import enum_value, timestamp
 from services.retrieval import adapters as db

@@ -20,11 +20,11 @@ import pytest
 
 from bench import labelled, quality
 from services.pipeline.adapters.reembed import ReembedRefused, reembed_space
-from services.pipeline.domain.structure import retrieval_text, retrieval_units
 from services.platform.auth import Caller, Scope
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
 from services.platform.errors import Conflict, InvalidArgument, ValidationFailed
+from services.platform.structure import retrieval_text, retrieval_units
 from services.retrieval import adapters
 from services.retrieval.app import Retrieval
 from services.retrieval.domain import turn_spans

@@ -23,7 +23,7 @@ import asyncpg
 import numpy as np
 
 from services.pipeline.adapters.store import PgStageStore
-from services.pipeline.domain.structure import embedding_inputs
+from services.platform.structure import embedding_inputs
 
 EMBED_STAGES = ("embed_chunk", "embed_claim", "label_relation", "reconcile")
 

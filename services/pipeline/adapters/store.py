@@ -17,9 +17,9 @@ from typing import Any
 import asyncpg
 
 from services.pipeline.domain.claims import ClaimDraft, Decision
-from services.pipeline.domain.structure import Chunk, Section, retrieval_text
 from services.platform.db import Database
 from services.platform.ledger import CostLedger
+from services.platform.structure import Chunk, Section, retrieval_text
 from services.platform.text import term_frequencies
 
 _NS = uuid.UUID("0b7e2c1a-64f4-4c2f-8f1e-9a53d2c4b7aa")
@@ -137,7 +137,7 @@ class PgStageStore:
         """For the newest earlier version: each block's normalised-text hash → the claims (of
         this extractor) whose verbatim span lies in that block. An unchanged paragraph of a new
         version keeps these claims instead of being read again."""
-        from services.pipeline.domain.structure import normalized_hash, parse_blocks
+        from services.platform.structure import normalized_hash, parse_blocks
 
         rows = await self.db.fetch(
             """SELECT ch.chunk_id, ch.chunk_text, c.claim_id, c.source_span

@@ -25,7 +25,8 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
-from services.pipeline.domain import structure, timeparse
+from services.pipeline.domain import timeparse
+from services.platform import structure
 
 __all__ = [
     "CLAIMIFY_OMIT_REASONS",

@@ -10,9 +10,9 @@ import datetime as dt
 
 import pytest
 
-from services.pipeline.domain import structure
 from services.pipeline.domain.claims import DECISION_KINDS, ExtractionInput, ParsedClaimProvider, Passage
 from services.pipeline.domain.facts import ClaimView, ParseRelationProvider
+from services.platform import structure
 
 RUN_ON = ("alpha beta gamma delta owns the exporter and Ravi moved the cluster to Dublin " * 400)[:20_000]
 TABLE = "| Service | Owner |\n|---|---|\n| Ledger | Carmen Ruiz |\n"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from services.pipeline.domain import structure
 from services.pipeline.domain.claims import ExtractionInput, ParsedClaimProvider, Passage
+from services.platform import structure
 
 DOCUMENT = (
     "## Ops review, 2 March 2026 ##\n"

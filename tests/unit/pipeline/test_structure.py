@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.pipeline.domain.structure import (
+from services.platform.structure import (
     Block,
     Chunk,
     Section,

@@ -14,6 +14,10 @@ reads that string and derives, deterministically and without any model:
   the chunks, vectors and claims of passages that did not change.
 
 All offsets are Python ``str`` indices (code points), half-open.
+
+It lives in ``services/platform`` because one parse serves every service: the pipeline
+chunks and extracts with it, retrieval maps a hit back to its turn or block
+(:func:`retrieval_unit_spans`), and the query space hashes blocks with it.
 """
 
 from __future__ import annotations
