@@ -233,12 +233,12 @@ def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: Ass
     fact_id = uuid.uuid5(uuid.NAMESPACE_OID, f"fact-{memory.counter}")
     window = verdict.window or a.window
     superseded_by = None
+    closed_at = verdict.ended_at  # as facts_store.apply: the earlier of an end read first and a successor's start
     if verdict.closed_by is not None:
-        superseded_by, at = verdict.closed_by
-        if at is not None:
-            window = _closed(window, at)
-    elif verdict.ended_at is not None:
-        window = _closed(window, verdict.ended_at)
+        superseded_by, start = verdict.closed_by
+        closed_at = start if start is not None and (closed_at is None or start < closed_at) else closed_at
+    if closed_at is not None:
+        window = _closed(window, closed_at)
     group = None
     if verdict.outcome == "contradict":
         group = next((memory.facts[g].contradiction_group for g in verdict.group_with

@@ -499,12 +499,12 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
         fact_id = derived_id("fact", assertion_id, generation) if generation else derived_id("fact", assertion_id)
         w = verdict.window or incoming.window
         closer: uuid.UUID | None = None
+        closed_at = verdict.ended_at  # an end read first; else the start of a successor that did
         if verdict.closed_by is not None:
-            closer, at = verdict.closed_by
-            if at is not None:
-                w = Window(w.valid_from, at, "day" if w.precision in ("open", "unknown") else w.precision)
-        elif verdict.ended_at is not None:
-            w = Window(w.valid_from, verdict.ended_at, "day" if w.precision in ("open", "unknown") else w.precision)
+            closer, start = verdict.closed_by
+            closed_at = start if start is not None and (closed_at is None or start < closed_at) else closed_at
+        if closed_at is not None:
+            w = Window(w.valid_from, closed_at, "day" if w.precision in ("open", "unknown") else w.precision)
         group = None
         if verdict.outcome == "contradict":
             existing = await conn.fetchval(
@@ -519,7 +519,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
             fact_id, space_id, incoming.kind, incoming.subject_id, incoming.predicate, incoming.object_id,
             incoming.statement, label, w.valid_from, w.valid_until, w.precision, group, verdict.confidence)
         transcript.add_evidence(space_id, fact_id, claim_id, doc_id, "supports")
-        if verdict.closed_by is None and verdict.ended_at is not None and verdict.ended_by is not None:
+        if closed_at is not None and closed_at == verdict.ended_at and verdict.ended_by is not None:
             transcript.add_evidence(space_id, fact_id, *verdict.ended_by, "supports")  # the end read first
         transcript.add_decision(space_id, fact_id, subject_kind, "add" if verdict.outcome == "add" else "contradict",
                                 verdict, claim_id, before=None, after=verdict.window or incoming.window)

@@ -263,6 +263,7 @@ said told left made took met wrote began came got ran sent found gave built brou
 knew thought felt kept led held put set cut read spent sold taught understood drove chose broke spoke forgot stood
 became fell grew drew flew hid rode rose shook threw woke wore did had was were
 """.split())
+_SINGULAR_NEGATED_AUX = frozenset("doesn't isn't wasn't hasn't doesn’t isn’t wasn’t hasn’t".split())
 _PLURAL_AUX = frozenset("are were have do don't aren't weren't haven't don’t aren’t weren’t haven’t".split())
 _ADVERBS = frozenset("""
 also really just still already never always usually currently now only actually definitely probably often sometimes
@@ -844,9 +845,13 @@ def _name_like_initial(model: _Model, word: str, following: Sequence[str]) -> bo
     if word in model.known_names or word in model.noninitial_caps:
         return True
     rest = [w for w in following if w.lower() not in _ADVERBS]
+    if len(rest) > 2 and rest[0].lower() == "no" and rest[1].lower() == "longer":
+        rest = rest[2:]  # "Ana no longer leads the guild"
     if not rest:
         return False
     lowered = rest[0].lower()
+    if lowered in _SINGULAR_NEGATED_AUX:
+        return True  # "Ana doesn't lead the guild anymore", "Jonas isn't on the squad"
     if lowered in ("and", "or") and len(rest) > 1 and rest[1][:1].isupper():
         return True
     if lowered in _PLURAL_AUX:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from services.pipeline.domain.entities import compatible
@@ -302,6 +302,25 @@ class ParseRelationProvider:
         return out
 
 
+def _held_after_end(r: Any, ended: dict[str, list[tuple[str, str, dt.datetime | None]]]) -> Any:
+    """"Tomasz no longer owns the DNS config." then "Bo does now." / "The DNS config is
+    Beatriz now.": a clause that only names a holder (``reading`` marks it) takes over what
+    the latest earlier end of the batch let go (of that thing, when it names one)."""
+    from services.pipeline.domain import reading
+
+    holder, of = r.features.get("holder"), r.features.get("holder_of")
+    if holder is None:
+        return r
+    features = {k: v for k, v in r.features.items() if k not in ("holder", "holder_of")}
+    released = [(predicate, obj) for subject, ends in ended.items() if subject != normalize_name(holder)
+                for predicate, obj, _ in ends if of is None or normalize_name(obj) == normalize_name(of)]
+    if not released:
+        return replace(r, features=features)
+    predicate, obj = released[-1]
+    return reading.Reading("relation", subject=holder, predicate=predicate, object=obj, change="succession",
+                           hedged=r.hedged, label=r.label)
+
+
 _LAST_DAY = re.compile(r"^(?P<person>.+?)['’]s? (?:last|final) (?:working )?day$", re.IGNORECASE)
 
 
@@ -341,7 +360,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
-    readings = reading.read(text)
+    readings = [_held_after_end(r, ended or {}) for r in reading.read(text)]
     definitions = {} if definitions is None else definitions
 
     def refer(surface: str) -> str:

@@ -542,6 +542,8 @@ def read(text: str) -> list[Reading]:
                   and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         hedged_heads = _hedged_heads(sentence)
+        ended_here: list[Reading] = []
+        elliptical: list[tuple[int, int, str]] = []  # readings of clauses naming a holder only
         inherited: list[Any] = []
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
@@ -594,6 +596,15 @@ def read(text: str) -> list[Reading]:
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
+            successor = _elliptical_holder(clause)
+            if successor is not None:
+                # a clause that may only name who holds something: an end in the same sentence
+                # says what (below); one in an earlier claim is matched by the normaliser
+                holder, of = successor
+                main = [_replace(r, features={**r.features, "holder": holder, "holder_of": of}) for r in main]
+                if of is None and not any(r.kind in ("relation", "attribute") for r in main):
+                    elliptical.append((len(out), len(out) + len(main), holder))
+            ended_here += [r for r in main if r.kind == "relation" and r.change == "end"]
             for reading in [*main, *extra]:
                 former = formers.get((reading.subject, reading.predicate))
                 if former and reading.kind == "relation" and reading.previous is None \
@@ -603,7 +614,38 @@ def read(text: str) -> list[Reading]:
                     reading = _replace(reading, change="correction")
                 out.append(reading)
             extra = []
+        if ended_here:
+            # "Tomasz no longer owns the DNS config, it's Beatriz now" / "…, Bo does now": the
+            # elliptical clause names who holds what the end let go (in either clause order)
+            end = ended_here[0]
+            for first, last, holder in reversed(elliptical):
+                out[first:last] = [Reading("relation", subject=holder, predicate=end.predicate, object=end.object,
+                                           change="succession", previous_holder=end.subject, label=end.label)]
     return out
+
+
+def _elliptical_holder(c: _Clause) -> tuple[str, str | None] | None:
+    """The name an elliptical clause gives as a holder, and of what when it says so: "it's
+    Beatriz now", "that is Bo", "Bo does now" (of what: None), "the DNS config is Beatriz
+    now" ("DNS config"). No object, no negation, no modal; the holder is a proper name."""
+    if c.negated or c.objects or c.modal or len(c.subjects) != 1:
+        return None
+    subject = c.subjects[0]
+    named = [t for t in (c.attr, subject) if t is not None]
+    if any(t.ent_type_ in ("DATE", "TIME", "CARDINAL", "MONEY", "PERCENT", "QUANTITY") for t in named):
+        return None  # "it is Monday now"
+    lemma = c.head.lemma_.lower()
+    pronoun = subject.lower_ in ("it", "that", "this")
+    if lemma == "be" and c.attr is not None and c.attr.pos_ == "PROPN":
+        if pronoun:
+            return _np_text(c.attr), None
+        if any(d.dep_ in ("det", "poss") for d in subject.children):  # "the DNS config is Beatriz now"
+            return _np_text(c.attr), _np_text(subject)
+        return None
+    if lemma in ("do", "be", "have") and c.attr is None and c.acomp is None and subject.pos_ == "PROPN" \
+            and not pronoun:
+        return _np_text(subject), None
+    return None
 
 
 _CONTRAST = frozenset(("but", "though", "although", "however", "yet"))

@@ -336,3 +336,19 @@ async def test_an_undated_no_longer_ends_what_was_said_before_it_in_either_order
     _, snap = await run(db, [1, 0], documents=(later, ends))
     [fact] = snap["facts"]
     assert fact[:4] == ("Tomasz Lis owns DNS config", "None", "None", "unknown"), fact
+
+
+async def test_a_holder_named_after_an_end_takes_over_in_either_order(db: Database) -> None:
+    # "… no longer owns the DNS config. The DNS config is Beatriz Sousa now.": the second
+    # sentence names who holds what the first let go; in either order Tomasz's holding ends
+    # by the day it was said (an end read first still dates a fact its successor closes).
+    owns = ("owns", "# Infra\n\nTomasz Lis owns the DNS config.\n", "2026-04-01")
+    handover = ("handover", "# Infra\n\nTomasz Lis no longer owns the DNS config. "
+                            "The DNS config is Beatriz Sousa now.\n", "2026-05-04")
+    held = {}
+    for order in ([0, 1], [1, 0]):
+        _, snap = await run(db, order, documents=(owns, handover))
+        held[tuple(order)] = [f[:4] for f in snap["facts"]]
+    assert held[(0, 1)] == held[(1, 0)], held
+    assert held[(0, 1)] == [("Beatriz Sousa owns DNS config", "None", "None", "unknown"),
+                            ("Tomasz Lis owns DNS config", "None", "2026-05-04 00:00:00+00:00", "day")]
