@@ -621,25 +621,26 @@ async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID
     return await conn.fetch(
         """SELECT u.fact_id, u.label, u.subject_entity_id, u.object_entity_id,
                   (f.embedding IS NULL OR f.embedding_model IS DISTINCT FROM $3) AS needs_vector
-             FROM (SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+             FROM (SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
                      FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id
                     WHERE a.version_id = $1
                    UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
-                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
                      FROM mentions m
                      JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
                     WHERE m.version_id = $1 AND f.embedding IS NULL
                    UNION
-                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
                      FROM mentions m
                      JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
                     WHERE m.version_id = $1 AND f.embedding IS NULL
                    UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
-                   SELECT f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
+                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
                      FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
                     WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
                       AND f.embedding IS NULL) u
-             JOIN facts f ON f.fact_id = u.fact_id AND f.space_id = $2""", version_id, space_id, model)
+             JOIN facts f ON f.fact_id = u.fact_id AND f.space_id = u.space_id
+            WHERE u.space_id = $2""", version_id, space_id, model)
 
 
 async def save_label_vectors(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record],
