@@ -232,11 +232,8 @@ def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: Ass
     memory.counter += 1
     fact_id = uuid.uuid5(uuid.NAMESPACE_OID, f"fact-{memory.counter}")
     window = verdict.window or a.window
-    superseded_by = None
-    closed_at = verdict.ended_at  # as facts_store.apply: the earlier of an end read first and a successor's start
-    if verdict.closed_by is not None:
-        superseded_by, start = verdict.closed_by
-        closed_at = start if start is not None and (closed_at is None or start < closed_at) else closed_at
+    superseded_by = verdict.closed_by[0] if verdict.closed_by is not None else None
+    closed_at = verdict.closed_at()
     if closed_at is not None:
         window = _closed(window, closed_at)
     group = None

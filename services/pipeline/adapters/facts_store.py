@@ -245,8 +245,7 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
                   cache: dict[str, tuple[uuid.UUID, ResolutionVerdict]], *,
                   context_vector: Mapping[str, Sequence[float]] | None = None,
                   claim_id: uuid.UUID | None = None, in_document: Collection[uuid.UUID] | None = None,
-                  arrivals: set[str] | None = None, saved: set[uuid.UUID] | None = None
-                  ) -> tuple[uuid.UUID, ResolutionVerdict]:
+                  arrivals: set[str] | None = None) -> tuple[uuid.UUID, ResolutionVerdict]:
     """An entity for a name: the document's own earlier match, else the cascade + chooser,
     else a new entity. Every verdict is returned for the mention row.
 
@@ -254,8 +253,7 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
     context vector, embedded before the transaction; without it T3 is skipped. When the
     chosen entity had compatible rivals (``ambiguous_with``), a merge proposal is recorded
     (never applied). A name of several words new to its entity is added to ``arrivals``: it
-    may be a rival for bare first names that joined another entity (see reresolution).
-    ``saved`` is :func:`document_entities` when the caller has read it already."""
+    may be a rival for bare first names that joined another entity (see reresolution)."""
     key = normalize_name(surface)
     if key in cache:
         entity_id, _ = cache[key]
@@ -266,8 +264,7 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         if vector is None and claim_id is not None:
             vector = context_vector.get(key)
     if in_document is None:  # named by the document: its saved mentions and the names resolved so far
-        in_document = (saved if saved is not None else await document_entities(conn, doc_id)) | {
-            entity for entity, _ in cache.values()}
+        in_document = await document_entities(conn, doc_id) | {entity for entity, _ in cache.values()}
     verdict = choose(key, await candidates(conn, space_id, doc_id, surface, context_vector=vector,
                                            claim_id=claim_id, in_document=in_document), surface=surface.strip())
     chosen = verdict.entity_id
@@ -498,11 +495,8 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
     else:
         fact_id = derived_id("fact", assertion_id, generation) if generation else derived_id("fact", assertion_id)
         w = verdict.window or incoming.window
-        closer: uuid.UUID | None = None
-        closed_at = verdict.ended_at  # an end read first; else the start of a successor that did
-        if verdict.closed_by is not None:
-            closer, start = verdict.closed_by
-            closed_at = start if start is not None and (closed_at is None or start < closed_at) else closed_at
+        closer = verdict.closed_by[0] if verdict.closed_by is not None else None
+        closed_at = verdict.closed_at()
         if closed_at is not None:
             w = Window(w.valid_from, closed_at, "day" if w.precision in ("open", "unknown") else w.precision)
         group = None
@@ -618,29 +612,25 @@ async def facts_of_version(conn: Any, space_id: uuid.UUID, version_id: uuid.UUID
     """The facts a version touched, each with ``needs_vector``: its label has no vector under
     ``model`` yet. A label only changes with its vector cleared (relabel), so a fact stored
     with a vector under the model carries its current label's vector."""
+    columns = ("f.fact_id, f.label, f.subject_entity_id, f.object_entity_id, "
+               "(f.embedding IS NULL OR f.embedding_model IS DISTINCT FROM $3) AS needs_vector")
     return await conn.fetch(
-        """SELECT u.fact_id, u.label, u.subject_entity_id, u.object_entity_id,
-                  (f.embedding IS NULL OR f.embedding_model IS DISTINCT FROM $3) AS needs_vector
-             FROM (SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-                     FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id
-                    WHERE a.version_id = $1
-                   UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
-                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-                     FROM mentions m
-                     JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
-                    WHERE m.version_id = $1 AND f.embedding IS NULL
-                   UNION
-                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-                     FROM mentions m
-                     JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
-                    WHERE m.version_id = $1 AND f.embedding IS NULL
-                   UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
-                   SELECT f.space_id, f.fact_id, f.label, f.subject_entity_id, f.object_entity_id
-                     FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
-                    WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
-                      AND f.embedding IS NULL) u
-             JOIN facts f ON f.fact_id = u.fact_id AND f.space_id = u.space_id
-            WHERE u.space_id = $2""", version_id, space_id, model)
+        f"""SELECT {columns}
+              FROM assertions a JOIN facts f ON f.fact_id = a.fact_id AND f.space_id = a.space_id
+             WHERE a.version_id = $1
+            UNION  -- facts of the entities it names that a new canonical name relabelled (see relabel)
+            SELECT {columns}
+              FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.subject_entity_id = m.resolved_entity_id
+             WHERE m.version_id = $1 AND f.embedding IS NULL
+            UNION
+            SELECT {columns}
+              FROM mentions m JOIN facts f ON f.space_id = m.space_id AND f.object_entity_id = m.resolved_entity_id
+             WHERE m.version_id = $1 AND f.embedding IS NULL
+            UNION  -- facts this version's re-resolution adjudicated again (see reresolution)
+            SELECT {columns}
+              FROM assertions a JOIN facts f ON f.space_id = a.space_id AND f.fact_id = a.fact_id
+             WHERE a.space_id = $2 AND a.features ? 'reresolved_by' AND a.features->>'reresolved_by' = $1::text
+               AND f.embedding IS NULL""", version_id, space_id, model)
 
 
 async def save_label_vectors(conn: asyncpg.Connection, space_id: uuid.UUID, facts: Sequence[asyncpg.Record],

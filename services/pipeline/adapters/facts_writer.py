@@ -65,6 +65,10 @@ class FactsWriter:
         # Every name is resolved before any mention of this version is saved, and the names
         # resolved so far are in the cache: the document's saved mentions are read once.
         saved = await fs.document_entities(conn, source.doc_id)
+
+        def named() -> set[uuid.UUID]:  # what resolve reads itself when not given
+            return saved | {entity for entity, _ in cache.values()}
+
         names = [(claim["claim_id"], ordinal, role, name) for claim, drafts, _ in drafted
                  for ordinal, draft in enumerate(drafts)
                  for role, name in (("subject", draft.subject), ("object", draft.object)) if name is not None]
@@ -74,7 +78,7 @@ class FactsWriter:
         for claim_id, ordinal, role, name in sorted(names, key=lambda n: " " not in normalize_name(n[3])):
             resolved[claim_id, ordinal, role] = await fs.resolve(
                 conn, source.space_id, source.doc_id, name, cache, context_vector=context_vector,
-                claim_id=claim_id, arrivals=arrivals, saved=saved)
+                claim_id=claim_id, arrivals=arrivals, in_document=named())
         # Mentions, assertions and outcomes are written in three batches (their ids are derived):
         # nothing below reads them before rival_arrived, and the mentions' entities are cached.
         mentions: list[tuple[Any, ...]] = []
@@ -100,12 +104,12 @@ class FactsWriter:
                     object_mention = mentions[-1][0]
                 if draft.previous_object is not None:
                     previous_id, _ = await fs.resolve(conn, source.space_id, source.doc_id, draft.previous_object,
-                                                      cache, arrivals=arrivals, saved=saved)
+                                                      cache, arrivals=arrivals, in_document=named())
                     features["previous_object_id"] = str(previous_id)
                 if draft.features.get("previous_holder"):
                     # the previous holder is a mention like any other name ("took over X from Dev Patel")
                     await fs.resolve(conn, source.space_id, source.doc_id, str(draft.features["previous_holder"]),
-                                     cache, arrivals=arrivals, saved=saved)
+                                     cache, arrivals=arrivals, in_document=named())
                 if draft.previous_value is not None:
                     features["previous_value"] = draft.previous_value
                 window = claim_window(view, draft)

@@ -101,6 +101,12 @@ class Verdict:
     ended_at: dt.datetime | None = None
     ended_by: tuple[uuid.UUID, uuid.UUID] | None = None
 
+    def closed_at(self) -> dt.datetime | None:
+        """When a fact this verdict adds is already over: the earlier of an end read before
+        it and the start of a successor that arrived before it."""
+        start = self.closed_by[1] if self.closed_by is not None else None
+        return min((t for t in (self.ended_at, start) if t is not None), default=None)
+
 
 def _overlap(a: Window, b: Window) -> bool:
     if not a.known or not b.known:

@@ -302,21 +302,22 @@ class ParseRelationProvider:
         return out
 
 
-def _held_after_end(r: Any, ended: dict[str, list[tuple[str, str, dt.datetime | None]]]) -> Any:
-    """"Tomasz no longer owns the DNS config." then "Bo does now." / "The DNS config is
-    Beatriz now.": a clause that only names a holder (``reading`` marks it) takes over what
-    the latest earlier end of the batch let go (of that thing, when it names one)."""
+def _held_after_end(r: Any, released: Sequence[tuple[str | None, str | None, str]]) -> Any:
+    """"Tomasz no longer owns the DNS config, it's Beatriz now" (one claim, or two: "… The
+    DNS config is Beatriz now.", "Bo does now."): a clause that only names a holder
+    (``reading`` marks it) takes over what an end of this claim or an earlier one of the
+    batch let go (``released``: predicate, object, normalised holder), of the thing it names
+    when it names one. Only one such thing may fit: which of several it means is not guessed."""
     from services.pipeline.domain import reading
 
     holder, of = r.features.get("holder"), r.features.get("holder_of")
     if holder is None:
         return r
-    features = {k: v for k, v in r.features.items() if k not in ("holder", "holder_of")}
-    released = [(predicate, obj) for subject, ends in ended.items() if subject != normalize_name(holder)
-                for predicate, obj, _ in ends if of is None or normalize_name(obj) == normalize_name(of)]
-    if not released:
-        return replace(r, features=features)
-    predicate, obj = released[-1]
+    fits = {(p, o) for p, o, was in released if p and o and was != normalize_name(holder)
+            and (of is None or normalize_name(o) == normalize_name(of))}
+    if len(fits) != 1:
+        return replace(r, features={k: v for k, v in r.features.items() if k not in ("holder", "holder_of")})
+    [(predicate, obj)] = fits
     return reading.Reading("relation", subject=holder, predicate=predicate, object=obj, change="succession",
                            hedged=r.hedged, label=r.label)
 
@@ -360,7 +361,11 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
     from services.pipeline.domain import reading
 
     text = claim.claim_text.strip()
-    readings = [_held_after_end(r, ended or {}) for r in reading.read(text)]
+    readings = reading.read(text)
+    released = [(r.predicate, r.object, normalize_name(r.subject or "")) for r in readings
+                if r.kind == "relation" and r.change == "end" and r.object]
+    released += [(p, o, s) for s, ends in (ended or {}).items() for p, o, _ in ends]
+    readings = [_held_after_end(r, released) for r in readings]
     definitions = {} if definitions is None else definitions
 
     def refer(surface: str) -> str:

@@ -542,8 +542,6 @@ def read(text: str) -> list[Reading]:
                   and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         hedged_heads = _hedged_heads(sentence)
-        ended_here: list[Reading] = []
-        elliptical: list[tuple[int, int, str]] = []  # readings of clauses naming a holder only
         inherited: list[Any] = []
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
@@ -597,14 +595,9 @@ def read(text: str) -> list[Reading]:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             successor = _elliptical_holder(clause)
-            if successor is not None:
-                # a clause that may only name who holds something: an end in the same sentence
-                # says what (below); one in an earlier claim is matched by the normaliser
+            if successor is not None:  # it may only name who holds what an end let go (facts.py)
                 holder, of = successor
                 main = [_replace(r, features={**r.features, "holder": holder, "holder_of": of}) for r in main]
-                if of is None and not any(r.kind in ("relation", "attribute") for r in main):
-                    elliptical.append((len(out), len(out) + len(main), holder))
-            ended_here += [r for r in main if r.kind == "relation" and r.change == "end"]
             for reading in [*main, *extra]:
                 former = formers.get((reading.subject, reading.predicate))
                 if former and reading.kind == "relation" and reading.previous is None \
@@ -614,13 +607,6 @@ def read(text: str) -> list[Reading]:
                     reading = _replace(reading, change="correction")
                 out.append(reading)
             extra = []
-        if ended_here:
-            # "Tomasz no longer owns the DNS config, it's Beatriz now" / "…, Bo does now": the
-            # elliptical clause names who holds what the end let go (in either clause order)
-            end = ended_here[0]
-            for first, last, holder in reversed(elliptical):
-                out[first:last] = [Reading("relation", subject=holder, predicate=end.predicate, object=end.object,
-                                           change="succession", previous_holder=end.subject, label=end.label)]
     return out
 
 

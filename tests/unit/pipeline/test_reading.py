@@ -413,3 +413,19 @@ def test_a_thing_someone_hosts_in_a_place_is_located_there() -> None:
 def test_a_move_to_a_site_in_a_place_is_a_move_to_that_place() -> None:
     assert ("Leeds warehouse", "located_in", "Bradford") in relations(
         "The Leeds warehouse has moved to a new site in Bradford.")
+
+
+def test_a_holder_named_after_an_end_takes_over_what_it_let_go_but_is_never_guessed() -> None:
+    relations = {(d.subject, d.predicate, d.object, d.change_kind)
+                 for d in drafts("Tomasz no longer owns the DNS config, it's Beatriz now.")[0]}
+    assert ("Beatriz", "other:owns", "DNS config", "succession") in relations
+    # two earlier ends of the batch and a clause that does not say which: no holder is invented
+    ended = {"ana": [("other:leads", "guild", None)], "tomasz": [("other:owns", "DNS config", None)]}
+    view = ClaimView("c", "Bo does now.", False, None, None, None, "unknown", None, SAID)
+    assert not any(d.kind == "relation" for d in read_claim(view, ended=ended)[0])
+    # the one it names is taken
+    view = ClaimView("c", "The DNS config is Beatriz now.", False, None, None, None, "unknown", None, SAID)
+    assert [(d.subject, d.predicate, d.object) for d in read_claim(view, ended=ended)[0]
+            if d.kind == "relation"] == [("Beatriz", "other:owns", "DNS config")]
+    # "it is hard now" names no holder
+    assert {d.subject for d in drafts("Ana no longer leads the guild, it is hard now.")[0]} == {"Ana"}
