@@ -10,6 +10,7 @@ from services.pipeline.adapters.converters import build_converters
 from services.pipeline.adapters.facts_writer import FactsWriter
 from services.pipeline.adapters.openai_claims import ChatCall, OpenAIClaimProvider
 from services.pipeline.adapters.openai_relations import OpenAIRelationProvider
+from services.pipeline.adapters.parse_process import ParseProcess, ProcessClaims, ProcessRelations
 from services.pipeline.adapters.queue import PgQueue, Wakeup
 from services.pipeline.adapters.store import PgStageStore
 from services.pipeline.api import PipelineServicer
@@ -55,12 +56,15 @@ async def build(settings: Settings) -> ServiceSpec:
     stage_store = PgStageStore(platform.db)
     ledger = cost_ledger(stage_store)
     closers = [store.close, *platform.closers]
-    claims: ClaimProvider = ParsedClaimProvider()
+    parse = ParseProcess() if settings.parse_process else None
+    if parse is not None:
+        closers.append(parse.aclose)
+    claims: ClaimProvider = ProcessClaims(parse) if parse else ParsedClaimProvider()
     if settings.claims_provider == "openai":
         openai_claims = OpenAIClaimProvider(**_openai(settings, "claims"), on_call=ledger)  # type: ignore[arg-type]
         claims = openai_claims
         closers.insert(0, openai_claims.aclose)
-    relations: RelationProvider = ParseRelationProvider()
+    relations: RelationProvider = ProcessRelations(parse) if parse else ParseRelationProvider()
     if settings.relations_provider == "openai":
         openai_relations = OpenAIRelationProvider(**_openai(settings, "relations"), on_call=ledger)  # type: ignore[arg-type]
         relations = openai_relations
@@ -70,6 +74,8 @@ async def build(settings: Settings) -> ServiceSpec:
         await warm_up(embeddings)  # a local model loads before the service reports SERVING, not on first use
     except (ValueError, EmbeddingUnavailable) as exc:
         raise StartupError(f"testament-pipeline: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None
+    if parse is not None and "rules" in (settings.claims_provider, settings.relations_provider):
+        await parse.warm()  # so does the English pipeline, in its own process
     stages = Stages(stage_store, store, build_converters(settings.conversion_routes),
                     embeddings, claims, FactsWriter(platform.db),
                     chunk_token_budget=settings.chunk_token_budget, embed_batch_size=settings.embed_batch_size,

@@ -123,6 +123,8 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=4, ge=1, le=64, description="Units run at once per pipeline process.")
     pipeline_processes: int = Field(default=1, ge=1, le=32,
                                     description="Pipeline worker processes that `testament up` starts.")
+    parse_process: bool = Field(default=True, description="Run the English parse of claims in a child process "
+                                                          "of each pipeline process (false: on its event loop).")
     worker_lease_s: float = Field(default=60.0, ge=1, le=3600)
     worker_poll_s: float = Field(default=5.0, gt=0, le=300, description="Fallback poll when no NOTIFY arrives.")
     work_retry_backoff_base_s: float = Field(default=2.0, ge=0, le=600)

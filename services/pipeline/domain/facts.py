@@ -272,34 +272,41 @@ class ParseRelationProvider:
 
     async def normalize(self, claims: Sequence[ClaimView], known_aliases: frozenset[str]
                         ) -> list[tuple[list[AssertionDraft], str | None]]:
-        from services.pipeline.domain import nlp, reading
+        return read_claims(claims, known_aliases)
 
-        nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
-        aliases = set(known_aliases)
-        definitions: dict[str, str] = {}
-        roles: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
-        ended: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
-        out = []
-        for claim in claims:
-            drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles, ended)
-            drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
-            drafts += _held_until_last_day(claim, drafts, ended)
-            for draft in drafts:
-                aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
-                if draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and not (
-                        draft.features.get("until_claim") or draft.features.get("ends")
-                        or draft.change_kind == "negation"):
-                    roles.setdefault(normalize_name(draft.subject), []).append(
-                        (draft.predicate, draft.object, claim_window(claim, draft).valid_from))
-                elif draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and (
-                        draft.features.get("ends")):  # "X stepped down as chair of Y on 9 October"
-                    ended.setdefault(normalize_name(draft.subject), []).append(
-                        (draft.predicate, draft.object, claim.valid_from))
-                if draft.features.get("attribute"):  # "the new deadline" can refer back to it
-                    aliases.add(normalize_name(str(draft.features["attribute"])))
-            aliases.update(_attributes_named(claim.claim_text, aliases))
-            out.append((drafts, None if drafts else (reason or "unknown_predicate")))
-        return out
+
+def read_claims(claims: Sequence[ClaimView], known_aliases: frozenset[str]
+                ) -> list[tuple[list[AssertionDraft], str | None]]:
+    """What :class:`ParseRelationProvider` makes of a batch of claims, read in order (a
+    plain function, so the parse can run in another process)."""
+    from services.pipeline.domain import nlp, reading
+
+    nlp.prefetch(reading.prepared(c.claim_text.strip()) for c in claims)
+    aliases = set(known_aliases)
+    definitions: dict[str, str] = {}
+    roles: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
+    ended: dict[str, list[tuple[str, str, dt.datetime | None]]] = {}
+    out = []
+    for claim in claims:
+        drafts, reason = read_claim(claim, frozenset(aliases), definitions, roles, ended)
+        drafts = [d for d in drafts if d.kind == "observation" or valid_predicate(d.predicate or "")]
+        drafts += _held_until_last_day(claim, drafts, ended)
+        for draft in drafts:
+            aliases.update(normalize_name(n) for n in (draft.subject, draft.object) if n)
+            if draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and not (
+                    draft.features.get("until_claim") or draft.features.get("ends")
+                    or draft.change_kind == "negation"):
+                roles.setdefault(normalize_name(draft.subject), []).append(
+                    (draft.predicate, draft.object, claim_window(claim, draft).valid_from))
+            elif draft.kind == "relation" and draft.predicate in INVERSE_FUNCTIONAL and draft.object and (
+                    draft.features.get("ends")):  # "X stepped down as chair of Y on 9 October"
+                ended.setdefault(normalize_name(draft.subject), []).append(
+                    (draft.predicate, draft.object, claim.valid_from))
+            if draft.features.get("attribute"):  # "the new deadline" can refer back to it
+                aliases.add(normalize_name(str(draft.features["attribute"])))
+        aliases.update(_attributes_named(claim.claim_text, aliases))
+        out.append((drafts, None if drafts else (reason or "unknown_predicate")))
+    return out
 
 
 def _held_after_end(r: Any, released: Sequence[tuple[str | None, str | None, str]]) -> Any:
