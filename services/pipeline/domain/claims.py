@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from services.pipeline.domain import timeparse
 from services.platform import structure
@@ -1013,6 +1013,41 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
 
 
+_WEEKDAY_RE = re.compile(r"\b(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b")
+
+
+def _weekday_tenses(text: str) -> dict[int, int]:
+    """Each bare weekday of ``text`` ("on Friday", not "last Friday" or "since Friday", which
+    have rules of their own) with the direction the tense of the verb it dates gives: -1 for
+    a past verb ("we met on Tuesday"), +1 for a present or future one ("takes over from
+    Monday", "I'm leaving on Friday"). A weekday no verb governs is left out (from the parse)."""
+    if not _WEEKDAY_RE.search(text):
+        return {}
+    from services.pipeline.domain import nlp
+
+    out = {}
+    for token in nlp.parse(text):
+        if token.text not in _WEEKDAY_WORDS or (token.i and token.nbor(-1).lower_ in ("last", "next", "this", "since")):
+            continue
+        verb = token.head
+        while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:
+            verb = verb.head
+        direction = _tense_direction(verb) if verb.pos_ in ("VERB", "AUX") else None
+        if direction is not None:
+            out[token.idx] = direction
+    return out
+
+
+def _tense_direction(verb: Any) -> int | None:
+    auxiliaries = [c for c in verb.children if c.dep_ in ("aux", "auxpass")]
+    if verb.tag_ == "VBD" or any(a.tag_ == "VBD" for a in auxiliaries) or (
+            verb.tag_ == "VBN" and any(a.lemma_ == "have" for a in auxiliaries)):
+        return -1
+    if verb.tag_ in ("VB", "VBZ", "VBP", "MD") or (verb.tag_ in ("VBG", "VBN") and auxiliaries):
+        return 1
+    return None
+
+
 def _names_a_noun(text: str, expression: timeparse.TimeExpression) -> bool:
     """"the cloud budget for Q4 2026 is 70,000 EUR": a date in a noun's "for"/"of" phrase names
     the thing (which budget), it is not the time the statement holds (from the English parse)."""
@@ -1461,7 +1496,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     edits.extend(_title_expansions(ctx, part, edits))
     # 3. dates
     anchor, anchor_span = _anchor_for(ctx, sentence)
-    expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor)]
+    weekdays = _weekday_tenses(document[part.start:part.end]) if ctx.parsed and anchor is not None else None
+    expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor, weekdays)]
     if not ctx.speaker_prefix:
         named = [e for e in expressions if _date_as_modifier(document[part.start:part.end], e)]
         expressions = [e for e in expressions if e not in named]

@@ -15,9 +15,14 @@ Rules (documented, never guessed):
 - "last <weekday>" is the latest such weekday strictly before the anchor; "this/next
   <weekday>" is that weekday in the anchor's Monday-Sunday week / the week after;
 - weeks are Monday-Sunday windows of day precision;
-- a bare weekday ("on Friday"), "a few weeks ago", or any relative phrase without an
-  anchor stays unresolved (but "since Tuesday" can only look back: the latest Tuesday
-  before the anchor): precision ``unknown``, text unchanged; nothing is invented;
+- a bare weekday ("on Friday") is resolved only when the caller knows the tense of the
+  verb it dates (``weekdays``: the parse-backed extractor reads it): a past verb means the
+  latest such weekday before the anchor, a present or future one ("takes over from Monday",
+  "I'm leaving on Friday") the next one after it; the anchor's own weekday stays unresolved
+  (this one or the last?), and so does a bare weekday of unknown tense;
+- "a few weeks ago", or any relative phrase without an anchor stays unresolved (but "since
+  Tuesday" can only look back: the latest Tuesday before the anchor): precision
+  ``unknown``, text unchanged; nothing is invented;
 - "before X" / "after X" record no window (their bound would be a derived date).
 
 Pure standard library; no locale data, no network.
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
@@ -458,11 +463,26 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
 )
 
 
-def _find_cores(text: str, anchor: date | None) -> list[_Core]:
+def _bare_weekday(match: re.Match[str], anchor: date | None, direction: int | None) -> _Core | None:
+    """A bare weekday whose verb's tense is known: the one just before (-1) or after (+1) the anchor."""
+    if anchor is None or direction is None:
+        return None
+    gap = (_WEEKDAYS[match.group("wd").lower()] - anchor.weekday()) % 7
+    if gap == 0:
+        return None
+    day = anchor + timedelta(days=gap if direction > 0 else gap - 7)
+    # not deictic: its preposition ("on", "for", "from") is already written before it
+    return _Core(match.start(), match.end(), day, day, "day", True, False, render_day(day), None)
+
+
+def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | None = None) -> list[_Core]:
     candidates: list[tuple[int, int, int, _Core]] = []
     for priority, (pattern, handler) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
-            core = handler(text, match, anchor)
+            core = None
+            if pattern is _P_WEEKDAY and weekdays and _preposition_before(text, match.start())[0] != "since":
+                core = _bare_weekday(match, anchor, weekdays.get(match.start()))
+            core = core or handler(text, match, anchor)
             if core is not None:
                 candidates.append((core.start, -(core.end - core.start), priority, core))
     candidates.sort(key=lambda item: (item[0], item[1], item[2]))
@@ -556,9 +576,12 @@ def _range(text: str, first: _Core, second: _Core, prep_start: int) -> TimeExpre
                           valid_until, _output_precision(precision), kind, relative, deictic)
 
 
-def find_time_expressions(text: str, anchor: date | None) -> list[TimeExpression]:
-    """Every date phrase in ``text``, left to right, resolved against ``anchor`` where needed."""
-    cores = _find_cores(text, anchor)
+def find_time_expressions(text: str, anchor: date | None,
+                          weekdays: Mapping[int, int] | None = None) -> list[TimeExpression]:
+    """Every date phrase in ``text``, left to right, resolved against ``anchor`` where needed.
+    ``weekdays`` maps the offset of a bare weekday to the direction its verb's tense gives
+    (-1 past, +1 present or future)."""
+    cores = _find_cores(text, anchor, weekdays)
     expressions: list[TimeExpression] = []
     index = 0
     while index < len(cores):

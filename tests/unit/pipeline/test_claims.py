@@ -17,6 +17,7 @@ from services.pipeline.domain.claims import (
     Passage,
     RulesClaimProvider,
     extract_claims,
+    extract_parsed_claims,
 )
 from services.pipeline.domain.grounding import check_claim
 
@@ -412,6 +413,35 @@ def test_date_resolution_table(phrase: str, replacement: str | None, start: tupl
 def test_vague_dates_stay_unresolved(phrase: str) -> None:
     expression = timeparse.resolve(phrase, ANCHOR)
     assert expression is not None and not expression.resolved and expression.replacement is None
+
+
+def test_a_bare_weekday_takes_its_direction_from_the_caller() -> None:
+    wednesday = date(2026, 6, 10)
+    [ahead] = timeparse.find_time_expressions("leaving on Friday", wednesday, {11: 1})
+    [back] = timeparse.find_time_expressions("met on Friday", wednesday, {7: -1})
+    [same] = timeparse.find_time_expressions("met on Wednesday", wednesday, {7: -1})
+    [unknown] = timeparse.find_time_expressions("on Friday", wednesday, {})
+    assert (ahead.valid_from, ahead.replacement) == (midnight(2026, 6, 12), "12 June 2026")
+    assert (back.valid_from, back.replacement) == (midnight(2026, 6, 5), "5 June 2026")
+    assert not same.resolved and not unknown.resolved  # this Wednesday or last? unknown tense? not guessed
+    [since] = timeparse.find_time_expressions("since Friday", wednesday, {6: 1})
+    assert since.valid_from == midnight(2026, 6, 5)  # "since" only looks back, whatever the verb
+
+
+@pytest.mark.parametrize(("sentence", "day"), [
+    ("Ravi takes over the billing migration from Monday.", (2026, 6, 15)),  # the seed's own example, in June
+    ("Zoe is leaving Orbit on Friday.", (2026, 6, 12)),
+    ("The board will vote on Saturday.", (2026, 6, 13)),
+    ("We met the auditors on Tuesday.", (2026, 6, 9)),
+    ("Ines had signed the contract on Monday.", (2026, 6, 8)),
+    ("The review meeting on Monday was cancelled.", (2026, 6, 8)),
+    ("Priya joined the platform team on Wednesday.", None),  # the day it was said, or a week before
+])
+def test_a_bare_weekday_is_read_by_the_tense_of_its_verb(sentence: str, day: tuple[int, int, int] | None) -> None:
+    document = f"# Notes\n\n{sentence}\n"
+    said = datetime(2026, 6, 10, 9, 0, tzinfo=UTC)  # a Wednesday
+    drafts, _ = extract_parsed_claims(ExtractionInput(document, Passage("c", 0, len(document)), said, None))
+    assert [d.valid_from for d in drafts] == [midnight(*day) if day else None]
 
 
 @pytest.mark.parametrize("phrase", ["yesterday", "last Friday", "in Q2", "since January"])
