@@ -70,7 +70,7 @@ async def build(settings: Settings) -> ServiceSpec:
         relations = openai_relations
         closers.insert(0, openai_relations.aclose)
     try:
-        embeddings = provider_from_settings(settings)
+        embeddings = provider_from_settings(settings, background=True)  # ingest yields to its transactions
         await warm_up(embeddings)  # a local model loads before the service reports SERVING, not on first use
     except (ValueError, EmbeddingUnavailable) as exc:
         raise StartupError(f"testament-pipeline: TESTAMENT_EMBEDDING_PROVIDER: {exc}") from None

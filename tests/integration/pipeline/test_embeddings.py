@@ -7,7 +7,9 @@ import asyncio
 import importlib.util
 import json
 import math
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from services.platform.embeddings import (
+    BACKGROUND_NICENESS,
     EmbeddingProvider,
     EmbeddingUnavailable,
     HashEmbeddings,
@@ -344,6 +347,29 @@ async def test_minilm_int8_is_the_same_model_under_its_own_name(minilm: MiniLMEm
     assert _derived_graphs(minilm_cache) == derived
     assert not list(minilm_cache.glob("tmp*"))  # noqa: ASYNC240 (no private directory left behind)
     assert (await again.embed(REFERENCE["texts"][:1]))[0] == pytest.approx(got[0], abs=1e-5)
+
+
+def test_background_passes_lower_only_their_own_threads_priority(minilm_cache: Path) -> None:
+    # The pipeline's passes yield the cores to its transactions; query embedding (retrieval's
+    # provider, background off) and the caller's other threads keep their priority.
+    def niceness_after(provider: MiniLMEmbeddings) -> int:
+        seen: list[int] = []
+
+        def run() -> None:
+            vectors = provider._encode(["Ravi owns the invoice exporter."])  # noqa: SLF001 - the pass thread
+            assert len(vectors[0]) == 384
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    background = MiniLMEmbeddings(cache_dir=minilm_cache, background=True)
+    assert niceness_after(background) == min(19, own + BACKGROUND_NICENESS)
+    assert niceness_after(MiniLMEmbeddings(cache_dir=minilm_cache)) == own
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
 @pytest.mark.parametrize("provider", ["minilm", "minilm-f32"])
