@@ -1013,7 +1013,7 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
 
 
-_WEEKDAY_RE = re.compile(r"\b(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b")
+_WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b")
 
 
 def _weekday_tenses(text: str) -> dict[int, int]:
@@ -1027,7 +1027,7 @@ def _weekday_tenses(text: str) -> dict[int, int]:
 
     out = {}
     for token in nlp.parse(text):
-        if token.text not in _WEEKDAY_WORDS or (token.i and token.nbor(-1).lower_ in ("last", "next", "this", "since")):
+        if token.text not in _WEEKDAY_WORDS:  # "last Friday", "since Friday": timeparse's own rules win
             continue
         verb = token.head
         while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:
