@@ -130,12 +130,14 @@ _TARGETS: dict[str, dict[str, str]] = {
 # ENTITY_VISIBLE say; the aliases are those of ``_TARGETS``.
 
 
-def _of_documents(table: str, alias: str) -> str:
-    return (f"documents d CROSS JOIN LATERAL (SELECT {alias}.* FROM {table} {alias} WHERE {alias}.doc_id = d.doc_id "
+def _of_documents(table: str, alias: str, columns: str = "*") -> str:
+    return (f"documents d CROSS JOIN LATERAL (SELECT {columns} FROM {table} {alias} WHERE {alias}.doc_id = d.doc_id "
             f"AND {alias}.space_id = d.space_id OFFSET 0) {alias}")
 
 
 _SEEN_CLAIMS = _of_documents("claims", "c")
+# Only what the evidence walk reads (migration 0017's claims_doc carries it: index-only).
+_SEEN_CLAIM_KEYS = _of_documents("claims", "c", "c.claim_id, c.space_id, c.is_current_testimony")
 _SEEN_CHUNKS = (f"{_of_documents('chunks', 'c')} JOIN document_versions v ON v.version_id = c.version_id "
                 "AND v.space_id = c.space_id")
 _BY_DOCUMENT: dict[str, dict[str, str]] = {
@@ -144,7 +146,7 @@ _BY_DOCUMENT: dict[str, dict[str, str]] = {
     "chunk_unit": {"table": f"{_SEEN_CHUNKS} JOIN chunk_units u ON u.chunk_id = c.chunk_id AND u.space_id = c.space_id",
                    "where": f"{DOC_VISIBLE} AND v.deleted_at IS NULL"},
     "fact": {"table": f"""(SELECT c.space_id, e.fact_id, bool_or(c.is_current_testimony) AS current
-                             FROM {_SEEN_CLAIMS}
+                             FROM {_SEEN_CLAIM_KEYS}
                              JOIN fact_evidence e ON e.claim_id = c.claim_id AND e.space_id = c.space_id
                             WHERE {DOC_VISIBLE} AND e.stance = 'supports' GROUP BY c.space_id, e.fact_id) s
                           JOIN facts f ON f.fact_id = s.fact_id AND f.space_id = s.space_id""",
@@ -153,7 +155,7 @@ _BY_DOCUMENT: dict[str, dict[str, str]] = {
     # planner hashed every entity of the space, vectors and all, to keep the ~10% mentioned.
     "entity": {"table": "entities x",
                "where": f"""x.merged_into IS NULL AND x.entity_id = ANY(ARRAY(
-                              SELECT DISTINCT m.resolved_entity_id FROM {_SEEN_CLAIMS}
+                              SELECT DISTINCT m.resolved_entity_id FROM {_SEEN_CLAIM_KEYS}
                                 JOIN mentions m ON m.claim_id = c.claim_id AND m.space_id = c.space_id
                                WHERE {DOC_VISIBLE} AND c.is_current_testimony))"""},
 }
