@@ -27,6 +27,20 @@ BM25_RETURNED_MIN = 200
 # uniform texts they read whole lists anyway, checking the visibility of every posting read
 # (at 100k claims, 14k postings: ~25 ms in the one statement, ~400 ms in two rounds).
 BM25_EXHAUSTIVE_MAX = BM25_READ_MAX
+# MaxScore (Turtle and Flood): when a query mixes rare terms with common ones ("who supports
+# the difavo kozuno project": "support" in 8k of 100k claims, the name's words in 600 each),
+# the common terms alone cannot reach the top k. Their postings are then not read: every
+# posting of the rare ("essential") terms is, the best MAXSCORE_CANDIDATES_PER_K * k targets
+# by those parts get their common terms' parts by key, and the answer stands when the k-th
+# exact score beats whatever a target left out could reach (otherwise the exhaustive
+# statement answers). Tried from MAXSCORE_MIN postings (below, one statement scores them all
+# as fast), when the essential lists hold at most MAXSCORE_SHARE of the postings; a term is
+# essential when its list is at most MAXSCORE_RATIO times the shortest one's.
+MAXSCORE_MIN = 4_000
+MAXSCORE_SHARE = 0.5
+MAXSCORE_RATIO = 4
+MAXSCORE_CANDIDATES_PER_K = 32
+MAXSCORE_CANDIDATES_MIN = 4096
 
 
 def bm25_term(idf: float, tf: int, length: int, avgdl: float) -> float:
@@ -42,6 +56,40 @@ def bm25_term(idf: float, tf: int, length: int, avgdl: float) -> float:
 BM25_TERM_SQL = ("{idf} * (p.tf * 2.2::float8) / (p.tf + 1.2::float8 * (0.25::float8 + 0.75::float8 * p.length"
                  " / {avgdl}))")
 BM25_SUM_SQL = 'sum({term} ORDER BY p.term COLLATE "C")'
+
+
+def essential_terms(df: dict[str, int]) -> list[str] | None:
+    """The terms whose postings a MaxScore read takes whole (the rarest, see MAXSCORE_RATIO),
+    or None when MaxScore would not pay: too few postings, no common term to skip, or the
+    rare lists hold most of the postings anyway."""
+    present = {t: n for t, n in df.items() if n}
+    total = sum(present.values())
+    if total < MAXSCORE_MIN:
+        return None
+    shortest = min(present.values())
+    essential = sorted(t for t, n in present.items() if n <= MAXSCORE_RATIO * shortest)
+    read = sum(present[t] for t in essential)
+    if len(essential) == len(present) or read > MAXSCORE_SHARE * total or read > BM25_EXHAUSTIVE_MAX:
+        return None
+    return essential
+
+
+def maxscore_candidates(k: int) -> int:
+    return max(MAXSCORE_CANDIDATES_MIN, MAXSCORE_CANDIDATES_PER_K * k)
+
+
+def maxscore_proven(scores: Sequence[float], k: int, cut: float | None, rest: float, slack: float) -> bool:
+    """Is a MaxScore answer the exact top k? ``scores``: the visible candidates' exact scores,
+    best first; ``cut``: the best essential part of a target left out (None: none was);
+    ``rest``: the common terms' most (their idf times their highest stored impact), which
+    ``slack`` turns into a bound on any target's common parts. A target left out scores at
+    most ``cut + rest * slack``, one with no rare term ``rest * slack``; the k-th score must
+    beat both outright (a tie could rank by id above it)."""
+    if len(scores) < k:
+        return False
+    bound = rest * slack
+    left_out = max(bound, cut + bound) if cut is not None else bound
+    return scores[k - 1] > left_out * (1 + 1e-9) + 1e-12
 
 
 def returned_per_round(k: int) -> int:

@@ -134,6 +134,46 @@ def test_the_one_statement_path_for_few_postings_equals_it_too(dsn: str, seed: i
     equivalence(dsn, seed, docs, k, queries, ("bm25_exhaustive", "none"))
 
 
+@pytest.fixture()
+def maxscore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MaxScore on small corpora, with so few candidates completed that the proof is often
+    decided by the best partial score left out (and fails, so the exhaustive statement answers)."""
+    monkeypatch.setattr(lexical, "MAXSCORE_MIN", 0)
+    monkeypatch.setattr(lexical, "MAXSCORE_CANDIDATES_MIN", 2)
+    monkeypatch.setattr(lexical, "MAXSCORE_CANDIDATES_PER_K", 2)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31), docs=st.integers(3, 40), k=st.sampled_from([1, 3, 10]),
+       queries=st.lists(st.lists(st.sampled_from(WORDS), min_size=2, max_size=4), min_size=1, max_size=4))
+def test_maxscore_equals_exhaustive_okapi(dsn: str, maxscore: None, seed: int, docs: int, k: int,
+                                          queries: list[list[str]]) -> None:
+    equivalence(dsn, seed, docs, k, queries, ("bm25_maxscore", "bm25_exhaustive", "none"))
+
+
+async def test_rare_and_common_terms_are_answered_by_maxscore_without_the_common_lists(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A common word beside a rare one: only the rare list is read whole, and the answer is
+    the exhaustive one; a caller who sees a part of the space keeps the exhaustive statement."""
+    monkeypatch.setattr(lexical, "MAXSCORE_MIN", 0)
+    conn = await connect(dsn)
+    try:
+        space = await bench.new_space(conn, "bm25-maxscore")
+        new_id = bench.Ids(uuid.uuid4().int >> 96)
+        rng = random.Random(5)
+        docs = [bench.DocGen(new_id(), f"doc {d}", [PRINCIPALS[d % 2]] if d % 3 else [], [[bench.ClaimGen(
+            new_id(), " ".join(["alpha"] * rng.randint(1, 3) + (["kelp"] if rng.random() < 0.1 else [])
+                               + rng.sample(WORDS[1:8], 3)) + ".") for _ in range(4)]]) for d in range(60)]
+        await write(conn, bench.Corpus(space, docs))
+        legs = SearchLegs()
+        for k in (1, 5, 10):
+            assert await compare(conn, legs, Caller(space, Scope.READ, None), "alpha kelp", k) == "bm25_maxscore"
+        assert await compare(conn, legs, Caller(space, Scope.READ, frozenset({PRINCIPALS[0]})), "alpha kelp",
+                             5) == "bm25_exhaustive"
+    finally:
+        await conn.close()
+
+
 def equivalence(dsn: str, seed: int, docs: int, k: int, queries: list[list[str]], plans: tuple[str, ...]) -> None:
     async def run() -> None:
         conn = await connect(dsn)
