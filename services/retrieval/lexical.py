@@ -29,18 +29,21 @@ BM25_RETURNED_MIN = 200
 BM25_EXHAUSTIVE_MAX = BM25_READ_MAX
 # MaxScore (Turtle and Flood): when a query mixes rare terms with common ones ("who supports
 # the difavo kozuno project": "support" in 8k of 100k claims, the name's words in 600 each),
-# the common terms alone cannot reach the top k. Their postings are then not read: every
-# posting of the rare ("essential") terms is, the best MAXSCORE_CANDIDATES_PER_K * k targets
-# by those parts get their common terms' parts by key, and the answer stands when the k-th
-# exact score beats whatever a target left out could reach (otherwise the exhaustive
+# the common terms alone cannot reach the top k. Every posting of the rare ("essential")
+# terms is read, the targets they name get their common terms' parts (the best
+# ``maxscore_candidates(k)`` of them by their rare parts), and the answer stands when the
+# k-th exact score beats whatever a target left out could reach (otherwise the exhaustive
 # statement answers). Tried from MAXSCORE_MIN postings (below, one statement scores them all
 # as fast), when the essential lists hold at most MAXSCORE_SHARE of the postings; a term is
-# essential when its list is at most MAXSCORE_RATIO times the shortest one's.
+# essential when its list is at most MAXSCORE_RATIO times the shortest one's. Every target
+# the rare lists name is completed (they hold at most the read cap): a cut inside a tier of
+# equal rare parts (a name's words in thousands of claims of a million-claim space) fails
+# the proof.
 MAXSCORE_MIN = 4_000
 MAXSCORE_SHARE = 0.5
 MAXSCORE_RATIO = 4
 MAXSCORE_CANDIDATES_PER_K = 32
-MAXSCORE_CANDIDATES_MIN = 4096
+MAXSCORE_CANDIDATES_MIN = BM25_EXHAUSTIVE_MAX
 
 
 def bm25_term(idf: float, tf: int, length: int, avgdl: float) -> float:
