@@ -44,10 +44,13 @@ from services.pipeline.domain.facts import (
     observation_label,
     relation_label,
 )
+from services.platform.settings import Settings
+from services.platform.structure import build_sections, chunk, parse_blocks
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "extraction_corpus.txt"
 # Written before the extractor was changed against it and scored on its own: the estimate for unseen text.
 HELDOUT = CORPUS.with_name("extraction_heldout.txt")
+_CHUNK_TOKEN_BUDGET: int = Settings.model_fields["chunk_token_budget"].default
 
 
 @dataclass(frozen=True)
@@ -268,10 +271,9 @@ def regex_extractor() -> Extractor:
 
 
 async def read_document(extractor: Extractor, text: str, said_on: dt.datetime, memory: Memory) -> None:
-    """One document through claims, normalisation and adjudication (one passage per
-    blank-line block, as the chunker's smallest unit)."""
+    """One document through claims, normalisation and adjudication, one passage per chunk."""
     views: list[ClaimView] = []
-    for start, end in _blocks(text):
+    for start, end in _passages(text):
         item = claims_domain.ExtractionInput(text, claims_domain.Passage("p", start, end), said_on, None)
         drafts, _ = await extractor.claims.extract(item)  # type: ignore[attr-defined]
         for index, d in enumerate(drafts):
@@ -304,12 +306,12 @@ async def _adjudicate(memory: Memory, view: ClaimView, draft: AssertionDraft) ->
     _apply(memory, incoming, verdict, label, draft)
 
 
-def _blocks(text: str) -> list[tuple[int, int]]:
-    spans = []
-    for match in re.finditer(r"(?:[^\n]+\n?)+", text):
-        if match.group().strip():
-            spans.append((match.start(), match.end()))
-    return spans or [(0, len(text))]
+def _passages(text: str) -> list[tuple[int, int]]:
+    """The document's chunks, cut as the pipeline's chunk stage cuts them at the default
+    token budget: the extract stage reads one chunk per call."""
+    blocks = parse_blocks(text)
+    chunks = chunk(blocks, build_sections(blocks, text), markdown=text, token_budget=_CHUNK_TOKEN_BUDGET)
+    return [(c.char_start, c.char_end) for c in chunks] or [(0, len(text))]
 
 
 async def run_scenario(extractor: Extractor, scenario: Scenario,
