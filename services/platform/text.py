@@ -25,6 +25,8 @@ STOP_WORDS = frozenset(
 
 
 def fold(text: str) -> str:
+    if text.isascii():  # NFKD leaves ASCII as it is and it has no combining marks
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 

@@ -152,9 +152,6 @@ _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu
 
 
 _SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:day|date)\b")
-_POSSESSIVE_DATE_RE = re.compile(r"(?:\b\d{4}|\btoday|\byesterday|\btomorrow|\bweek|\bmonth|\bquarter|\byear"
-                                 r"|day)['’]s\b", re.IGNORECASE)
-
 
 def _is_fragment(doc: object) -> bool:
     """No predicate in the parse: no verb, and no noun-tagged word in a verb's place (the
@@ -233,11 +230,6 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
                 draft = ClaimDraft(draft.claim_text, draft.source_span, draft.char_start, draft.char_end,
                                    draft.evidence_spans, draft.is_attributed, draft.attributed_to,
                                    draft.added_context, draft.temporal_class, None, None, "unknown", None, True)
-        if draft.valid_precision != "unknown" and _POSSESSIVE_DATE_RE.search(draft.claim_text):
-            # "yesterday's note", "last week's incident": the date names a thing, not the statement's time
-            draft = ClaimDraft(draft.claim_text, draft.source_span, draft.char_start, draft.char_end,
-                               draft.evidence_spans, draft.is_attributed, draft.attributed_to, draft.added_context,
-                               draft.temporal_class, None, None, "unknown", None, draft.kept_flagged)
         if draft.valid_from is not None and draft.valid_precision in ("day", "month", "instant", "open"):
             last_event = draft
         kept.append(draft)
@@ -987,6 +979,7 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_u
     return ctx.drafts, ctx.decisions
 
 
+_POSSESSIVE_AFTER_RE = re.compile(r"['’]s\b")
 _MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
 
 
@@ -1004,7 +997,10 @@ def _subordinate_spans(text: str) -> list[tuple[int, int]]:
 
 def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     """"the Q3 marketing budget", "our 2026 roadmap": a date naming a thing, not the time of
-    the statement (no preposition, a determiner before it and a noun after it)."""
+    the statement (no preposition, a determiner before it and a noun after it); "this morning's
+    call", "last week's incident": a possessive date names a thing too."""
+    if _POSSESSIVE_AFTER_RE.match(text, expression.end):
+        return True
     if expression.deictic or expression.edit_start != expression.start:
         return False
     after = text[expression.end:expression.end + 30].lstrip()
@@ -1444,6 +1440,31 @@ def _dated_section(ctx: _Context, sentence: _Sentence, statement: str) -> date |
     return day
 
 
+def _lead_in_day(ctx: _Context, sentence: _Sentence, statement: str) -> date | None:
+    """The day a list's lead-in gives its changes ("A few changes, effective Monday 14
+    September 2026:" over "- Nadia takes over the business desk from Piers."). As with a dated
+    section, only a statement of a change takes it."""
+    from services.pipeline.domain import reading
+
+    if sentence.unit.kind != "list":
+        return None
+    before = [s for s in ctx.model.sentences if s.end <= sentence.start and s.unit.kind != "list"]
+    if not before:
+        return None
+    lead = before[-1]
+    heading = _last_heading(ctx, sentence.start)
+    text = ctx.model.text[lead.start:lead.end].rstrip()
+    if not text.endswith(":") or (heading is not None and heading[1][0] > lead.start):
+        return None
+    anchor = _anchor_for(ctx, lead)[0]
+    days = [e for e in timeparse.find_time_expressions(text, anchor) if e.resolved and e.precision == "day"
+            and e.valid_from is not None]
+    if not days or not any(r.change == "succession" for r in reading.read(statement)):
+        return None
+    assert days[-1].valid_from is not None
+    return days[-1].valid_from.date()
+
+
 def _anchor_for(ctx: _Context, sentence: _Sentence) -> tuple[date | None, tuple[int, int] | None]:
     unit = sentence.unit
     if unit.turn_anchor is not None:
@@ -1503,7 +1524,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         expressions = [e for e in expressions if e not in named]
         for e in named:  # "the budget for Q4" is the budget for Q4 2026: completed, but no window
             if e.resolved and e.replacement is not None and e.start == e.edit_start and not _MODIFIER_BEFORE_RE.search(
-                    document[part.start:part.start + e.start]):
+                    document[part.start:part.start + e.start]) and not _POSSESSIVE_AFTER_RE.match(
+                    document, part.start + e.end):
                 edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end, e.replacement, "date_resolved",
                                    f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
     chosen = None
@@ -1524,7 +1546,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     valid_from = valid_until = None
     precision, kind = "unknown", None
     if chosen is None and not expressions and ctx.parsed:
-        dated = _dated_section(ctx, sentence, statement)
+        dated = _dated_section(ctx, sentence, statement) or _lead_in_day(ctx, sentence, statement)
         if dated is not None:  # "## 4.2.0 (2026-06-15)" / "- The timeout was raised to 45 seconds."
             valid_from = valid_until = datetime(dated.year, dated.month, dated.day, tzinfo=UTC)
             precision, kind = "day", "event_time"

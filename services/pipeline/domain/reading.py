@@ -79,7 +79,8 @@ _ROLE_NOUNS = {
 _GROUP_HEADS = frozenset("""guild committee board council club chapter community union panel forum circle
 working group society association""".split())
 _THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
-pipeline site portal engine server job repository repo dashboard bot model studio""".split())
+pipeline site portal engine server job repository repo dashboard bot model studio ci website intranet wiki blog
+newsletter crm erp helpdesk telematics spreadsheet sheet tracker backend frontend""".split())
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
@@ -90,11 +91,16 @@ monitoring mitigated triaged reopened approved rejected""".split())
 # document or asset is owned.
 _LED_HEADS = frozenset("""team squad project rotation rota migration initiative program programme review council
 committee effort workstream group guild department function process meeting sync practice chapter unit
-division launch rollout""".split())
+division launch rollout desk matter case coordination fundraising recruitment procurement outreach
+planning ward clinic kitchen depot bureau crew shift""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
 experiment pilot trial study
 finance platform research product infrastructure management""".split())
+# verbs whose object may be an activity written as a gerund ("leads fundraising")
+_GERUND_HOLDERS = frozenset("lead own run manage head handle coordinate oversee".split())
+# verbs whose complement is the statement itself ("continues to work on the matter")
+_ASPECTUAL = frozenset("continue keep".split())
 _TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
 _SUCCEED = frozenset({"succeed", "replace"})
@@ -102,7 +108,7 @@ _BECOME = frozenset({"become", "appoint", "name", "promote", "make", "elect", "h
 _JOIN = frozenset({"join", "start", "begin", "rejoin"})
 _MOVE = frozenset({"move", "switch", "transfer", "migrate", "relocate", "shift", "port", "go"})
 _END = frozenset({"leave", "step down", "quit", "resign", "step back", "roll off", "retire", "exit", "depart",
-                  "step away", "drop out", "stop"})
+                  "step away", "drop out", "stop", "stand down", "step aside", "stand aside"})
 _VALUE_CHANGE = frozenset("""cut raise increase reduce lower lift trim slash boost double halve set change adjust bump
 revise update drop rise fall grow decrease climb go up go down jump shrink expand extend cap""".split())
 _RESCHEDULE = frozenset({"postpone", "delay", "push", "push back", "push out", "slip", "reschedule", "defer",
@@ -126,6 +132,9 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+# clouds a system is hosted in when it moves there ("moved from Heroku to AWS")
+_HOSTING_PROVIDERS = frozenset("""aws azure gcp heroku digitalocean hetzner ovh ovhcloud linode vercel netlify
+cloudflare akamai fastly scaleway""".split())
 _SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
@@ -422,6 +431,12 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         elif dep == "advcl" and any(m.lower_ in ("if", "unless", "provided", "assuming") for m in child.children
                                     if m.dep_ == "mark"):
             conditional = True
+    if not objects and xcomp is not None and xcomp.tag_ == "VBG" and (
+            head.lemma_.lower() in _GERUND_HOLDERS or xcomp.text[:1].isupper()) \
+            and not any(c.dep_ in ("dobj", "aux", "nsubj") for c in xcomp.children):
+        # "Grace leads fundraising": an activity named by a gerund; "uses Benchling for notebooks":
+        # a capitalised name the small parser reads as one
+        objects, xcomp = [xcomp], None
     _prep_args(head, preps)
     for obj in objects:
         _prep_args(obj, preps, 1)
@@ -470,13 +485,30 @@ def _without_leading_time(text: str) -> str:
     return text
 
 
+_TIME_PREPOSITION = re.compile(r"(?:on|in|at|during|for|since|from|as of|until|till|through|by)\s", re.IGNORECASE)
+
+
+def _without_trailing_time(text: str) -> str:
+    """"37 on 12 October 2026" → "37", "Covers booked on 1 December 2026" → "Covers booked": a
+    time phrase closing a field's name or value is when it held (the claim's window), not
+    part of what is measured. A bare date ("deadline: 21 April 2026") is the value itself."""
+    for expression in reversed(timeparse.find_time_expressions(text, None)):
+        rest = text[:expression.start].rstrip(" ,")
+        if (text[expression.end:].strip(" .;,") or not _TIME_PREPOSITION.match(text, expression.start)
+                or not rest):
+            break
+        text = rest
+    return text
+
+
 @lru_cache(maxsize=8192)
 def prepared(text: str) -> str:
     """The text the parser reads for a claim (see :func:`read`)."""
     return _without_leading_time(_without_prefix(text)[0])
 
 
-_DISCOURSE_PREFIX = re.compile(r"^\s*(?:(?P<correction>correction|corrected|erratum)|update|note|fyi|reminder|context)"
+_DISCOURSE_PREFIX = re.compile(r"^\s*(?:(?P<correction>correction|corrected|erratum)|update|note|fyi|reminder|context"
+                               r"|heads[- ]up|psa|btw)"
                                r"(?:\s+(?:to|on|from|for)\s+[^:]{1,60})?\s*:\s+(?=\S)", re.IGNORECASE)
 
 
@@ -506,9 +538,9 @@ def read(text: str) -> list[Reading]:
     """The readings of one claim text, in order."""
     key_value = _KEY_VALUE.match(text)
     if key_value is not None and len(key_value.group("value").split()) <= 6:
-        name = key_value.group("name").strip()
-        return [_attr(name[:1].upper() + name[1:], None, key_value.group("value").strip(), "none", text,
-                      state=False)]
+        name = _without_trailing_time(key_value.group("name").strip())
+        return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(key_value.group("value").strip()),
+                      "none", text, state=False)]
     corrected = _without_prefix(text)[1]
     # "Starting 1 June, Carmen will manage the desk": a state with a stated start, not a plan
     starts = bool(_STATED_START.match(_without_prefix(text)[0]))
@@ -543,6 +575,13 @@ def read(text: str) -> list[Reading]:
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         hedged_heads = _hedged_heads(sentence)
         inherited: list[Any] = []
+        complement = next((c for c in root.children if c.dep_ == "xcomp" and c.pos_ == "VERB"), None) \
+            if root.lemma_.lower() in _ASPECTUAL and not any(c.dep_ == "neg" for c in root.children) else None
+        if complement is not None:
+            # "Jonas Ek continues to work on the matter and reports to Helena": what continues holds
+            heads = [complement, *[c for c in complement.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")],
+                     *heads[1:]]
+            inherited = _clause(root, []).subjects
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
         clauses = [c for c in sentence if c.dep_ == "relcl"]
@@ -564,6 +603,11 @@ def read(text: str) -> list[Reading]:
                     extra.append(Reading("relation", subject=_np_text(token.head), predicate=role[0],
                                          object=role[1], change="succession" if new else "none",
                                          label=sentence.text.strip()))
+            # "moves to the investigations unit, where he reports to Carmen": a clause with its own subject
+            if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
+                    c.dep_ == "advmod" and c.lower_ in ("where", "when") for c in token.children) and any(
+                    c.dep_ in ("nsubj", "nsubjpass") and c.lower_ not in _RELATIVE_WORDS for c in token.children):
+                extra.extend(r for r in _read_clause(_clause(token, []), sentence) if r.kind == "relation")
             # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
             if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
@@ -702,6 +746,12 @@ def _verb_read_as_noun(text: str, doc: Any) -> str | None:
                      and c.lemma_.lower() in _VERB_LEXICON and root.tag_ in ("VBP", "VB")), None)
         if verb is not None:  # "the metrics stack runs on …": "stack" taken for the verb, "runs" its object
             return f"{text[:verb.idx]}does {verb.lemma_.lower()}{text[verb.idx + len(verb.text):]}"
+        for t in sentence:
+            if (root.pos_ in ("VERB", "AUX") and t.tag_ == "NNS" and t.dep_ == "conj" and t.lemma_.lower() in
+                    _VERB_LEXICON and doc[t.i - 1].lower_ in ("and", "but") and t.i + 1 < sentence.end
+                    and doc[t.i + 1].pos_ in ("ADP", "DET") and t.head.dep_ in ("dobj", "pobj", "attr")):
+                # "joined the combat team and reports to Viktor": a second verb read as a plural noun
+                return f"{text[:t.idx]}does {t.lemma_.lower()}{text[t.idx + len(t.text):]}"
         if root.pos_ in ("VERB", "AUX") or any(t.pos_ == "AUX" for t in sentence):
             continue
         for t in sentence:
@@ -957,6 +1007,13 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             rest = _predicate_text(c)
             return [Reading("statement", subject=_np_text(mover), change=change, label=text,
                             features={"predicate_text": rest} if rest else {})]
+        if (not c.objects or c.passive) and any(t.lemma_.lower() in _THING_HEADS for t in mover.subtree) \
+                and destination.pos_ == "PROPN" and not _is_place(destination) and not _is_person(destination) \
+                and destination.lower_ not in _HOSTING_PROVIDERS:
+            # "Lantern CI moved from TeamCity to Buildkite": a system moves to another tool (a
+            # cloud it moves to is where it is hosted)
+            return _rel(subjects, "uses", _np_text(destination), succession, text,
+                        previous=_np_text(source) if source is not None else None)
         if _is_place(destination):
             predicate = "located_in"
         elif _is_personish(mover):
@@ -1223,11 +1280,17 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         # "the partner programme has 48 active partners"
         return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(c.objects[0]), change, text,
                       state=True)]
-    if base in ("stand", "sit", "total", "reach", "cost", "hit") and not _is_person(thing):
+    if base in ("fix", "set", "cap", "freeze", "lock", "peg", "keep", "hold") and c.objects and not c.passive:
+        # "the new contract fixes the electricity price at 128 EUR per MWh"
+        value = _first(c.preps, "at")
+        if value is not None and _is_valueish(value) and not _is_personish(c.objects[0]):
+            return [_attr(_np_text(c.objects[0], _ATTRIBUTE_PREPS), None, _value_of(value), change, text, state=True)]
+    if base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover") \
+            and not _is_person(thing):
         value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)
         if value is not None and _is_valueish(value):
-            return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(value), change, text,
-                          state=True)]
+            return [_attr(_np_text(c.subjects[0], _ATTRIBUTE_PREPS) if c.subjects else name, None, _value_of(value),
+                          change, text, state=True)]
     return None
 
 
