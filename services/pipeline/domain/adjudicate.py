@@ -144,10 +144,10 @@ def _closes(candidate: FactView, at: dt.datetime | None) -> bool:
     already closed by a later successor is closed again, earlier, by one that falls between."""
     if candidate.superseded and (at is None or candidate.window.valid_from is None):
         return False
+    if at is not None and candidate.window.valid_until is not None and candidate.window.valid_until < at:
+        return False  # it ended before the successor started ("stepped down on 31 May", "since 1 June")
     if at is None or candidate.window.valid_from is None:
         return True
-    if candidate.window.valid_until is not None and candidate.window.valid_until < at:
-        return False
     if candidate.superseded and candidate.window.valid_until == at:
         return False  # already closed there by another successor
     return candidate.window.valid_from < at  # ending exactly at ``at`` ("from A to B"): A is B's predecessor
@@ -174,8 +174,11 @@ def _later_successor(a: Incoming, candidates: Sequence[FactView], same: set[uuid
         if c.kind != "relation" or c.fact_id in same:
             continue
         if c.window.valid_from is None:
+            # a predecessor read from a transition ("I handed it over to her") is followed by the
+            # holder said with it ("Rhea owns the shader cache now") as by one said later
             said_later = (start is None and c.said_at is not None and a.said_at is not None
-                          and c.said_at > a.said_at and not c.superseded)
+                          and (c.said_at > a.said_at or (a.until_claim and c.said_at == a.said_at))
+                          and not c.superseded)
             if not said_later:
                 continue
         elif start is not None and c.window.valid_from <= start:
@@ -238,6 +241,11 @@ def _relation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
         return Verdict("drop", 1.0, reason="negation_of_unknown_relation")
     for c in same:
         if a.until_claim and c.window.valid_until is None:
+            if c.superseded and a.window.valid_until is not None:
+                # followed already by a holder whose start was not known then: the end the
+                # transition states is when it ended
+                return Verdict("update", 0.9, target=c.fact_id, reason="better_dates",
+                               window=Window(c.window.valid_from, a.window.valid_until, a.window.precision))
             # held already: the successor in the same claim closes it, nothing to add
             return Verdict("drop", 1.0, reason="predecessor_held")
         distinct_events = (a.valid_kind == "event_time" and a.window.known and c.window.known
