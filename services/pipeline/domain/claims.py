@@ -758,6 +758,8 @@ def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int
 
 
 def _is_boundary(document: str, sentence_start: int, index: int, char: str, following: str) -> bool:
+    if char in "!?" and following.isalpha():
+        return True  # "congrats to Ahmed! fuel card spend was …": chats start sentences lower-case
     if not (following.isupper() or following.isdigit() or following in "\"'“‘([*_"):
         return False
     if char != ".":

@@ -191,19 +191,26 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
             and before.head.i == token.head.i and before.dep_ in ("npadvmod", "dep", "nmod")
             and before.text[:1].isupper() and before.is_alpha and not _is_time(before)):
         out.append(before)  # "Anders Vik leaves …" parsed with "Anders" a plural noun on the verb
+    if _ampersand(token):
+        out.extend(t for c in token.children if c.dep_ in ("cc", "conj") and c.i > token.i for t in c.subtree)
     if token.dep_ in ("dobj", "nsubj", "nsubjpass"):
-        # "took over the weekend support rota", "the payments API is hosted …": the parser's two
-        # adjacent objects (or subjects) are one noun phrase
-        for sibling in token.head.children:
-            if sibling.dep_ == token.dep_ and sibling.i < token.i and sibling.right_edge.i + 1 == token.left_edge.i:
+        # "took over the weekend support rota", "the payments API is hosted …", "the Leipzig
+        # pharma cross-dock": the parser's adjacent objects (or subjects) are one noun phrase
+        left = token.left_edge.i
+        for sibling in reversed([c for c in token.head.children if c.dep_ == token.dep_ and c.i < token.i]):
+            if sibling.right_edge.i + 1 == left:
                 out.extend(sibling.subtree)
+                left = sibling.left_edge.i
+        for sibling in token.head.children:
             # "owns the team offsite budget" parsed with "offsite" a conjunct of the verb: a
             # conjunct noun right after the object with no coordinator between continues it
             if sibling.dep_ == "conj" and sibling.pos_ in ("NOUN", "PROPN") and sibling.left_edge.i == \
                     token.right_edge.i + 1 and not any(c.dep_ == "cc" for c in token.head.children):
                 out.extend(sibling.subtree)
     for child in token.children:
-        if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i:
+        if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i and not (
+                child.lower_ != "of" and (_is_person(token) or token.pos_ == "PROPN" and _is_personish(token))):
+            # "reports to Marguerite Lyons on the arbitration": a name takes no complement but "of"
             objects = [c for c in child.children if c.dep_ == "pobj"]
             # "budget for Q4" names the attribute; "on 3 May" does not
             timed = any(_is_time(o) for o in objects) and child.lower_ != "for"
@@ -270,7 +277,13 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
 
 
 def _conjuncts(token: Any) -> list[Any]:
+    if _ampersand(token):
+        return [token]  # "Byrne & Kells", "Hollis & Daughters": one firm's name
     return [token, *[c for c in token.conjuncts if c.i > token.i]]
+
+
+def _ampersand(token: Any) -> bool:
+    return any(c.dep_ == "cc" and c.text == "&" for c in token.children)
 
 
 def _is_person(token: Any) -> bool:
@@ -303,6 +316,18 @@ def _is_bare_name(token: Any) -> bool:
 
 def _is_place(token: Any) -> bool:
     return token.ent_type_ in ("GPE", "LOC", "FAC")
+
+
+# nouns that name where a thing is kept or stands ("the tool crib", "room B012", "Hall 4")
+_PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
+laboratory store storeroom stockroom cupboard cabinet shelf crib locker shed garage centre center datacenter region
+zone plant factory bay dock annex annexe attic vault""".split())
+
+
+def _is_locative(token: Any) -> bool:
+    """A place by its words: a place noun, or a name compounded with one or with a place name."""
+    return _is_place(token) or token.lemma_.lower() in _PLACE_HEADS or any(
+        c.dep_ == "compound" and (c.lemma_.lower() in _PLACE_HEADS or _is_place(c)) for c in token.children)
 
 
 def _is_org(token: Any) -> bool:
@@ -1128,7 +1153,9 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             if on is not None and subjects and c.subjects and _is_personish(c.subjects[0]):
                 return _rel(subjects, "works_on", _np_text(on), change, text)
             place = _non_time(c.preps.get("in") or c.preps.get("at"))
-            if place is not None and _is_place(place):
+            if place is not None and (_is_place(place) or (_is_locative(place) and c.subjects
+                                                          and not _is_personish(c.subjects[0]))):
+                # "the spare seals are in the tool crib", "the spectrometer is in room B012"
                 return _rel(subjects, "located_in", _np_text(place), change, text)
             if place is not None and _is_org(place) and c.subjects and _is_person(c.subjects[0]):
                 return _rel(subjects, "works_for", _np_text(place), change, text)
