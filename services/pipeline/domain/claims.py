@@ -970,6 +970,12 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_u
     for start, end, kind in model.not_prose:
         if passage_start <= start and end <= passage_end:
             ctx.decide("selection_drop", "not_prose", start, end, kind)
+    if parsed:  # the weekday sentences' parses, in one batch (see _weekday_tenses)
+        from services.pipeline.domain import nlp
+
+        nlp.prefetch(model.text[s.start:s.end] for s in model.sentences
+                     if passage_start <= s.start and s.end <= passage_end
+                     and _WEEKDAY_RE.search(model.text, s.start, s.end))
     for sentence in model.sentences:
         if sentence.end <= passage_start or sentence.start >= passage_end:
             continue
@@ -1014,25 +1020,27 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
 _WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b")
 
 
-def _weekday_tenses(text: str) -> dict[int, int]:
-    """Each bare weekday of ``text`` ("on Friday", not "last Friday" or "since Friday", which
-    have rules of their own) with the direction the tense of the verb it dates gives: -1 for
-    a past verb ("we met on Tuesday"), +1 for a present or future one ("takes over from
-    Monday", "I'm leaving on Friday"). A weekday no verb governs is left out (from the parse)."""
-    if not _WEEKDAY_RE.search(text):
+def _weekday_tenses(document: str, sentence: _Sentence, start: int, end: int) -> dict[int, int]:
+    """Each bare weekday of ``document[start:end]`` (a part of ``sentence``; "on Friday", not
+    "last Friday" or "since Friday", which have rules of their own) with the direction the
+    tense of the verb it dates gives: -1 for a past verb ("we met on Tuesday"), +1 for a present
+    or future one ("takes over from Monday", "I'm leaving on Friday"). A weekday no verb
+    governs is left out. Offsets are the part's; the parse is the whole sentence's, which
+    :func:`extract_claims` reads in one batch with the passage's other dated sentences."""
+    if not _WEEKDAY_RE.search(document, start, end):
         return {}
     from services.pipeline.domain import nlp
 
     out = {}
-    for token in nlp.parse(text):
-        if token.text not in _WEEKDAY_WORDS:  # "last Friday", "since Friday": timeparse's own rules win
-            continue
+    for token in nlp.parse(document[sentence.start:sentence.end]):
+        if token.text not in _WEEKDAY_WORDS or not start <= sentence.start + token.idx < end:
+            continue  # "last Friday", "since Friday": timeparse's own rules win
         verb = token.head
         while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:
             verb = verb.head
         direction = _tense_direction(verb) if verb.pos_ in ("VERB", "AUX") else None
         if direction is not None:
-            out[token.idx] = direction
+            out[sentence.start + token.idx - start] = direction
     return out
 
 
@@ -1519,7 +1527,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     edits.extend(_title_expansions(ctx, part, edits))
     # 3. dates
     anchor, anchor_span = _anchor_for(ctx, sentence)
-    weekdays = _weekday_tenses(document[part.start:part.end]) if ctx.parsed and anchor is not None else None
+    weekdays = _weekday_tenses(document, sentence, part.start, part.end) if ctx.parsed and anchor is not None \
+        else None
     expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor, weekdays)]
     if not ctx.speaker_prefix:
         named = [e for e in expressions if _date_as_modifier(document[part.start:part.end], e)]
