@@ -325,7 +325,10 @@ _PLAIN_LABEL_RE = re.compile(rf"^(?P<speaker>[{_UPPER}][{_UPPER}{_LOWER}'’-]*"
 _RULE_RE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _INTERJECTION_RE = re.compile(
     r"^(?:yes|yeah|yep|no|nope|ok|okay|sure|right|well|so|also|and|but|alright|great|thanks|guess what|oh|wow"
-    r"|btw|by the way|fyi|fwiw|heads up|good news|quick update|update|sorry|apologies|oops)\s*[,!:]\s+(?=\S)",
+    r"|btw|by the way|fyi|fwiw|heads up|heads-up|psa|good news|quick update|update|sorry|apologies|oops"
+    r"|not anymore|nah|not really)\s*[,!:]\s+(?=\S)"
+    # "Update from Haruto Sato (Infrastructure): the portal was migrated …": who the news is from
+    r"|^(?:(?:quick\s+|status\s+)?update|news|note|heads[- ]up)\s+(?:from|by)\s+[^:.!?]{1,60}:\s+(?=\S)",
     re.IGNORECASE,
 )
 # the writer's frame around what they announce ("I'm delighted to share that …", "Please note that

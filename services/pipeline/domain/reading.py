@@ -132,6 +132,8 @@ _VERB_LEXICON = frozenset(
     {v for v in (*_VERB_PREDICATES, *(b for b, _ in _PREP_VERB_PREDICATES), *_PASSIVE_AGENT, *_LOCATION_VERBS,
                  *_VALUE_CHANGE, *_MOVE, *_RESCHEDULE, *_JOIN, *_END, *_SUCCEED) if " " not in v})
 _FORMERLY = frozenset({"previously", "formerly"})
+_CURRENCY_CODES = frozenset("""USD EUR GBP CHF JPY CNY AUD CAD SEK NOK DKK PLN CZK HUF INR BRL ZAR NZD SGD HKD MXN
+KRW TRY AED SAR ILS RON BGN ISK""".split())
 # clouds a system is hosted in when it moves there ("moved from Heroku to AWS")
 _HOSTING_PROVIDERS = frozenset("""aws azure gcp heroku digitalocean hetzner ovh ovhcloud linode vercel netlify
 cloudflare akamai fastly scaleway""".split())
@@ -1022,8 +1024,12 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # "moved to a new site in Bradford": the place the site is in
             destination = next((o for p in destination.children if p.dep_ == "prep" and p.lower_ in ("in", "at")
                                 for o in p.children if o.dep_ == "pobj" and _is_place(o)), destination)
-        if destination is None or _is_amount(destination):
-            return None  # "the price went from 30 USD to 35 USD": a value changes (an attribute)
+        if destination is None or _is_amount(destination) and (
+                destination.pos_ != "PROPN" or destination.text.upper() in _CURRENCY_CODES
+                or destination.ent_type_ in ("MONEY", "PERCENT", "QUANTITY", "CARDINAL")):
+            # "the price went from 30 USD to 35 USD": a value changes (an attribute); "to Mobil
+            # DTE 25" is a name with a number in it
+            return None
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
         if mover is None:
             return None
@@ -1034,14 +1040,16 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
                             features={"predicate_text": rest} if rest else {})]
         if (not c.objects or c.passive) and any(t.lemma_.lower() in _THING_HEADS for t in mover.subtree) \
                 and destination.pos_ == "PROPN" and not _is_place(destination) and not _is_person(destination) \
-                and destination.lower_ not in _HOSTING_PROVIDERS:
+                and not (source is not None and _is_locative(source)) \
+                and not any(t.lower_ in _HOSTING_PROVIDERS for t in destination.subtree):
             # "Lantern CI moved from TeamCity to Buildkite": a system moves to another tool (a
             # cloud it moves to is where it is hosted)
             return _rel(subjects, "uses", _np_text(destination), succession, text,
                         previous=_np_text(source) if source is not None else None)
         if _is_place(destination):
             predicate = "located_in"
-        elif _is_personish(mover):
+        elif _is_personish(mover) and not any(t.lemma_.lower() in _THING_HEADS for t in (mover, *mover.lefts)):
+            # ("the council tax portal", its head tagged a proper noun, is no person)
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
                 t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
         else:
