@@ -1726,6 +1726,18 @@ def _temporal_class(content: str, precision: str) -> str:
 # --------------------------------------------------------------------------- reference resolution
 
 
+_RELATIVE_ANTECEDENT_RE = re.compile(r"\b([A-Z][\w'’-]+(?:\s+[A-Z][\w'’-]+){0,3}),\s+who\b[^,;:.!?()]*$")
+
+
+def _relative_antecedent(document: str, sentence: _Sentence, start: int) -> tuple[str, tuple[int, int]] | None:
+    """"replacing Marco Bellini, who is now writing up his thesis": a pronoun inside a "who"
+    clause is the person the clause is about."""
+    match = _RELATIVE_ANTECEDENT_RE.search(document, sentence.start, start)
+    if match is None:
+        return None
+    return match.group(1), (match.start(1), match.end(1))
+
+
 def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_Edit] | str:
     """Edits that replace every pronoun in the part, or the pronoun that could not be resolved."""
     document = ctx.model.text
@@ -1774,7 +1786,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             objective = base == "him" or (base == "her" and (next_word is None or not next_word.islower()
                                                              or next_word in _FUNCTION_WORDS))
             # "Wiebke handed it over to him": an object pronoun is not its own clause's subject
-            person = _unique_person_before(ctx, sentence, start, clause_start=part.start if objective else None)
+            person = _relative_antecedent(document, sentence, start) or _unique_person_before(
+                ctx, sentence, start, clause_start=part.start if objective else None)
             if person is None:
                 return word
             name, span = person

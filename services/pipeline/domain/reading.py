@@ -576,6 +576,9 @@ def read(text: str) -> list[Reading]:
     repaired = _verb_read_as_noun(text, doc)
     if repaired is not None:
         text, doc = repaired, nlp.parse(repaired)
+    compound = _noun_read_as_verb(text, doc) if repaired is None else None
+    if compound is not None:
+        text, doc = compound[0], nlp.parse(compound[0])
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
     for sentence in doc.sents:
@@ -662,6 +665,12 @@ def read(text: str) -> list[Reading]:
             if clause.modal == "will" and (starts and head is root or _starts_on(clause)):
                 clause.modal = None  # "Yara will lead the group from 1 May": a state with a stated start
             main = _read_clause(clause, sentence)
+            replaced = _replaced_holder(head)
+            if replaced is not None:
+                # "has managed the inventory since 1 September, replacing Marco Bellini"
+                main = [_replace(r, change="succession", previous_holder=replaced)
+                        if r.kind == "relation" and r.previous_holder is None and r.change == "none" else r
+                        for r in main]
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
@@ -678,7 +687,7 @@ def read(text: str) -> list[Reading]:
                     reading = _replace(reading, change="correction")
                 out.append(reading)
             extra = []
-    return out
+    return out if compound is None else [_unhyphenated(r, compound[1], compound[2]) for r in out]
 
 
 def _elliptical_holder(c: _Clause) -> tuple[str, str | None] | None:
@@ -787,6 +796,45 @@ def _verb_read_as_noun(text: str, doc: Any) -> str | None:
                     and doc[t.i + 1].pos_ in ("ADP", "DET", "NUM", "ADV", "PART", "PROPN")):
                 return f"{text[:t.idx]}does {t.lemma_.lower()}{text[t.idx + len(t.text):]}"
     return None
+
+
+def _replaced_holder(head: Any) -> str | None:
+    """The person a participle says the clause's subject replaced ("…, replacing Marco")."""
+    for child in head.children:
+        if child.dep_ == "advcl" and child.tag_ == "VBG" and child.lemma_.lower() in _SUCCEED:
+            target = next((o for o in child.children if o.dep_ == "dobj"), None)
+            if target is not None and _is_personish(target):
+                return _np_text(target)
+    return None
+
+
+def _noun_read_as_verb(text: str, doc: Any) -> tuple[str, str, str] | None:
+    """The other garden path: "the building permits service is run by …" read with "permits" a
+    verb whose subject is "building" and object "service", before the sentence's own verb. The
+    text is read again with the two nouns hyphenated (then one compound), and the readings
+    get the words back as written: (repaired text, hyphenated, original)."""
+    for sentence in doc.sents:
+        for t in sentence:
+            before = doc[t.i - 1] if t.i > sentence.start else None
+            after = doc[t.i + 1] if t.i + 1 < sentence.end else None
+            if (t.tag_ == "VBZ" and before is not None and after is not None and before.pos_ == "NOUN"
+                    and before.dep_ == "nsubj" and before.head.i == t.i and after.pos_ == "NOUN"
+                    and after.head.i == t.i and (before.i == sentence.start or doc[before.i - 1].pos_ == "DET")
+                    and any(v.i > after.i and (v.pos_ == "AUX" or v.tag_ in ("VBZ", "VBD", "VBP", "MD"))
+                            for v in sentence)):
+                original = text[before.idx:t.idx + len(t.text)]
+                hyphenated = f"{before.text}-{t.text}"
+                return f"{text[:before.idx]}{hyphenated}{text[t.idx + len(t.text):]}", hyphenated, original
+    return None
+
+
+def _unhyphenated(reading: Reading, hyphenated: str, original: str) -> Reading:
+    def back(value: str | None) -> str | None:
+        return value.replace(hyphenated, original) if value else value
+
+    return _replace(reading, subject=back(reading.subject), object=back(reading.object),
+                    attribute=back(reading.attribute), value=back(reading.value), previous=back(reading.previous),
+                    previous_holder=back(reading.previous_holder), label=back(reading.label) or "")
 
 
 def _replace(reading: Reading, **changes: object) -> Reading:
@@ -1200,6 +1248,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:
             return None
+        if predicate in ("authored", "created", "founded") and c.head.tag_ == "VBG":
+            return None  # "is now writing up his thesis": a work in progress, not yet made
         return [r for obj in c.objects for r in (_rel(subjects, predicate, _np_text(obj), change, text) or [])] or None
     return None
 
