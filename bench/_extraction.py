@@ -33,7 +33,7 @@ from pathlib import Path
 from services.pipeline.domain import claims as claims_domain
 from services.pipeline.domain import facts as facts_domain
 from services.pipeline.domain.adjudicate import FactView, Incoming, PendingEnd, Verdict, decide, holder_predicates
-from services.pipeline.domain.entities import compatible, proper_name
+from services.pipeline.domain.entities import better_name, compatible, proper_name
 from services.pipeline.domain.facts import (
     AssertionDraft,
     ClaimView,
@@ -181,8 +181,8 @@ class Memory:
                 entity_id = uuid.uuid5(uuid.NAMESPACE_OID, key)
                 self.names[entity_id] = surface.strip()
             self.entities[key] = (entity_id, surface.strip())
-            if len(key) > len(normalize_name(self.names[entity_id])):
-                self.names[entity_id] = surface.strip()
+        if better_name(surface.strip(), self.names[entity_id := self.entities[key][0]]):
+            self.names[entity_id] = surface.strip()
         entity_id = self.entities[key][0]
         return entity_id, self.names[entity_id]
 

@@ -21,7 +21,14 @@ import numpy as np
 from services.pipeline.adapters import merges
 from services.pipeline.adapters.store import derived_id, index_text
 from services.pipeline.domain.adjudicate import FactView, Incoming, PendingEnd, Verdict, holder_predicates
-from services.pipeline.domain.entities import RESOLVER_VERSION, Candidate, ResolutionVerdict, choose, entity_compatible
+from services.pipeline.domain.entities import (
+    RESOLVER_VERSION,
+    Candidate,
+    ResolutionVerdict,
+    better_name,
+    choose,
+    entity_compatible,
+)
 from services.pipeline.domain.facts import (
     ClaimView,
     Window,
@@ -285,10 +292,11 @@ async def resolve(conn: asyncpg.Connection, space_id: uuid.UUID, doc_id: uuid.UU
         space_id, entity_id, surface, key, await _all_codes(conn, key))
     if inserted and arrivals is not None and " " in key:
         arrivals.add(key)
-    if verdict.method in ("T0", "T1", "T2") and len(key) > len(normalize_name(await conn.fetchval(
-            "SELECT canonical_name FROM entities WHERE entity_id = $1", entity_id))):
-        # The fullest spelling seen becomes the canonical name ("Ravi" -> "Ravi Shankar"); a
-        # description matched by profile (T3) is an alias, never the name.
+    if verdict.method in ("T0", "T1", "T2") and better_name(surface, await conn.fetchval(
+            "SELECT canonical_name FROM entities WHERE entity_id = $1", entity_id)):
+        # The fullest spelling seen becomes the canonical name ("Ravi" -> "Ravi Shankar"), the
+        # same whichever document came first; a description matched by profile (T3) is an
+        # alias, never the name.
         await conn.execute("UPDATE entities SET canonical_name = $2, normalized_name = $3, updated_at = "
                            "clock_timestamp() WHERE entity_id = $1", entity_id, surface, key)
         await relabel(conn, space_id, entity_id)

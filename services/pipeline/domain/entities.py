@@ -100,6 +100,23 @@ def proper_name(surface: str) -> bool:
                                for i, w in enumerate(words))
 
 
+def better_name(surface: str, current: str) -> bool:
+    """Whether ``surface`` should replace ``current`` as an entity's name: the fullest spelling
+    wins ("Ravi" -> "Ravi Shankar"); between spellings of one name, one as written over one
+    already normalised ("INC-4821" over "inc 4821"), then fewer capitals, then code-point
+    order, so the name never depends on which document was read first."""
+    key, held = normalize_name(surface), normalize_name(current)
+    if len(key) != len(held):
+        return len(key) > len(held)
+    if key != held:
+        return False
+
+    def rank(name: str) -> tuple[bool, int, str]:
+        return name == key, sum(c.isupper() for c in name), name
+
+    return rank(surface) < rank(current)
+
+
 def compatible(mention: str, alias: str, *, mention_surface: str | None = None,
                alias_surface: str | None = None) -> bool:
     """Can these two names refer to one referent? "Ravi" ~ "Ravi Shankar" ~ "Ravi S." ~

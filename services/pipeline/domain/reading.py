@@ -80,7 +80,7 @@ _GROUP_HEADS = frozenset("""guild committee board council club chapter community
 working group society association""".split())
 _THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
 pipeline site portal engine server job repository repo dashboard bot model studio ci website intranet wiki blog
-newsletter crm erp helpdesk telematics spreadsheet sheet tracker backend frontend""".split())
+newsletter crm erp helpdesk telematics spreadsheet sheet tracker backend frontend page""".split())
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
@@ -101,7 +101,7 @@ finance platform research product infrastructure management""".split())
 _GERUND_HOLDERS = frozenset("lead own run manage head handle coordinate oversee".split())
 # verbs whose complement is the statement itself ("continues to work on the matter")
 _ASPECTUAL = frozenset("continue keep".split())
-_TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up"})
+_TAKE_OVER = frozenset({"take over", "take on", "assume", "inherit", "pick up", "take back"})
 _HAND_OVER = frozenset({"hand over", "hand off", "pass", "hand", "pass on"})
 _SUCCEED = frozenset({"succeed", "replace"})
 _BECOME = frozenset({"become", "appoint", "name", "promote", "make", "elect", "hire", "assign"})
@@ -168,8 +168,24 @@ def _is_time(token: Any) -> bool:
     if _NUMBERED_NAME.match(token.text):
         # "Lead0" is a name; "June2026" (a month run into its year) is a date whatever its tag
         return timeparse.month_number(token.text.rstrip("0123456789")) is not None
+    if token.ent_type_ in ("DATE", "TIME") and token.pos_ == "PROPN" and not any(
+            _dateish(t) for t in token.subtree if t.ent_type_ in ("DATE", "TIME")):
+        return False  # "moved from Samsara to Webfleet": a name the small model tags a date
     return (token.ent_type_ in ("DATE", "TIME") or token.lemma_.lower() in _TIME_NOUNS
             or bool(_FISCAL_YEAR.match(token.text)))
+
+
+_HOLIDAYS = frozenset("christmas easter xmas ramadan eid diwali thanksgiving hanukkah passover halloween".split())
+
+
+def _dateish(token: Any) -> bool:
+    """A word a date is written with: a number, a month or weekday, a time noun, a holiday."""
+    text = token.text
+    return (any(ch.isdigit() for ch in text) or timeparse.month_number(text) is not None
+            or text in timeparse.WEEKDAY_NAMES or text.removesuffix("s") in timeparse.WEEKDAY_NAMES
+            or token.lemma_.lower() in _TIME_NOUNS or text.lower() in _HOLIDAYS
+            or text.lower() in ("new", "year", "eve", "day", "weekend", "spring", "summer", "autumn", "fall",
+                                "winter", "h1", "h2", "fy"))
 
 
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
@@ -211,7 +227,8 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                 out.extend(sibling.subtree)
     for child in token.children:
         if child.dep_ == "prep" and child.lower_ in keep and child.i > token.i and not (
-                child.lower_ != "of" and (_is_person(token) or token.pos_ == "PROPN" and _is_personish(token))):
+                child.lower_ != "of" and (_is_person(token) or token.pos_ == "PROPN" and (_is_personish(token) or any(
+                    c.dep_ == "compound" and c.pos_ == "PROPN" for c in token.children)))):
             # "reports to Marguerite Lyons on the arbitration": a name takes no complement but "of"
             objects = [c for c in child.children if c.dep_ == "pobj"]
             # "budget for Q4" names the attribute; "on 3 May" does not
@@ -411,6 +428,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
     passive = negated = no_longer = conditional = False
     modal = None
     particle = None
+    particle_token: Any = None
     for child in head.children:
         dep = child.dep_
         if dep in ("nsubj", "nsubjpass", "csubj"):
@@ -426,6 +444,10 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             objects.extend(_conjuncts(child))
         elif dep == "prt" or (dep == "advmod" and child.i == head.i + 1 and child.lower_ in _PARTICLES):
             particle = child.lower_
+        elif dep == "advmod" and child.lower_ in ("back", "over") and any(
+                o.dep_ == "dobj" and o.right_edge.i + 1 == child.i for o in head.children):
+            # "took the depot back from Gosia": a particle after the object, its "from" its own
+            particle, particle_token = child.lower_, child
         elif dep == "neg":
             negated = True
         elif dep == "advmod" and child.lower_ == "never":
@@ -465,6 +487,8 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         # a capitalised name the small parser reads as one
         objects, xcomp = [xcomp], None
     _prep_args(head, preps)
+    if particle_token is not None:
+        _prep_args(particle_token, preps)
     for obj in objects:
         _prep_args(obj, preps, 1)
     preps.pop("by", None) if agent is not None else None
@@ -521,8 +545,8 @@ def _without_trailing_time(text: str) -> str:
     part of what is measured. A bare date ("deadline: 21 April 2026") is the value itself."""
     for expression in reversed(timeparse.find_time_expressions(text, None)):
         rest = text[:expression.start].rstrip(" ,")
-        if (text[expression.end:].strip(" .;,") or not _TIME_PREPOSITION.match(text, expression.start)
-                or not rest):
+        if (text[expression.end:].strip(" .;,") or not rest
+                or not (expression.deictic or _TIME_PREPOSITION.match(text, expression.start))):
             break
         text = rest
     return text
@@ -591,6 +615,10 @@ def read(text: str) -> list[Reading]:
             out.append(garden)
             continue
         heads = [root, *[c for c in root.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")]]
+        # "joined the audit squad and reports to Idris": a second verb the parser hangs on the object
+        heads += [c for o in root.children if o.dep_ in ("dobj", "attr") for c in o.children
+                  if c.dep_ == "conj" and c.pos_ == "VERB" and c.tag_ in ("VBZ", "VBD", "VBP")
+                  and not any(s.dep_.startswith("nsubj") for s in c.children)]
         # "Eva owns the budget, so she will check": a clause of its own, with its own subject
         heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
                   and any(s.dep_ in ("nsubj", "nsubjpass") for s in c.children)
@@ -1086,9 +1114,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             rest = _predicate_text(c)
             return [Reading("statement", subject=_np_text(mover), change=change, label=text,
                             features={"predicate_text": rest} if rest else {})]
-        if (not c.objects or c.passive) and any(t.lemma_.lower() in _THING_HEADS for t in mover.subtree) \
+        if (not c.objects or c.passive) and any(t.lemma_.lower() in _THING_HEADS or t.lower_ in _THING_HEADS
+                                                 for t in mover.subtree) \
                 and destination.pos_ == "PROPN" and not _is_place(destination) and not _is_person(destination) \
-                and not (source is not None and _is_locative(source)) \
+                and not (source is not None and source.pos_ != "PROPN" and _is_locative(source)) \
                 and not any(t.lower_ in _HOSTING_PROVIDERS for t in destination.subtree):
             # "Lantern CI moved from TeamCity to Buildkite": a system moves to another tool (a
             # cloud it moves to is where it is hosted)

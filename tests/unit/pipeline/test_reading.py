@@ -7,8 +7,11 @@ import asyncio
 import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.pipeline.domain.claims import ExtractionInput, Passage, extract_parsed_claims
+from services.pipeline.domain.entities import better_name
 from services.pipeline.domain.facts import ClaimView, ParseRelationProvider, read_claim
 from services.pipeline.domain.reading import read
 
@@ -429,3 +432,68 @@ def test_a_holder_named_after_an_end_takes_over_what_it_let_go_but_is_never_gues
             if d.kind == "relation"] == [("Beatriz", "other:owns", "DNS config")]
     # "it is hard now" names no holder
     assert {d.subject for d in drafts("Ana no longer leads the guild, it is hard now.")[0]} == {"Ana"}
+
+
+def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
+    return {(r.subject, r.predicate, r.object) for r in read(text) if r.kind == "relation"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a system that moves between named tools uses the new one; to a cloud, it is hosted there
+    ("The status page moved from Statuspal to Instatus last spring.", ("status page", "uses", "Instatus")),
+    ("The billing API moved from Heroku to AWS.", ("billing API", "located_in", "AWS")),
+    # a verb read as a plural noun after an object, a gerund object, a name tagged a gerund
+    ("Noor joined the audit squad and reports to Idris Kaya.", ("Noor", "reports_to", "Idris Kaya")),
+    ("Omar runs recruiting.", ("Omar", "other:leads", "recruiting")),
+    ("The studio uses Lumenworks for storyboards.", ("studio", "uses", "Lumenworks")),
+    # an aspectual verb's complement, a "where" clause with its own subject
+    ("Esme keeps working on the grant renewal and reports to Odile Brun.", ("Esme", "reports_to", "Odile Brun")),
+    ("Jarrah moves to the audit unit, where Jarrah reports to Mina Sato.", ("Jarrah", "reports_to", "Mina Sato")),
+    # '&' joins one firm's name; a name takes no complement but "of"
+    ("Lyle & Scott maintains the payroll export.", ("Lyle & Scott", "other:owns", "payroll export")),
+    ("Petra reports to Ines Moreau on the tender.", ("Petra", "reports_to", "Ines Moreau")),
+    # "is in" a place named by its noun; the noun-noun garden path
+    ("The spare drill bits are in the site cabin.", ("spare drill bits", "located_in", "site cabin")),
+    ("The parking permits desk is run by the transport office.",
+     ("transport office", "other:leads", "parking permits desk")),
+    # a particle after the object; a name the small model tags a date
+    ("Wendell took the night rota back from Iris Kahn.", ("Wendell", "other:leads", "night rota")),
+])
+def test_general_readings(text: str, expected: tuple[str, str, str]) -> None:
+    assert expected in _relations(text), read(text)
+
+
+def test_a_participle_names_the_previous_holder() -> None:
+    (r,) = [r for r in read("Ruth has run the help desk since May, replacing Colm Daly.") if r.kind == "relation"]
+    assert (r.subject, r.predicate, r.object, r.change, r.previous_holder) == (
+        "Ruth", "other:leads", "help desk", "succession", "Colm Daly")
+
+
+@pytest.mark.parametrize(("text", "attribute", "value"), [
+    ("The canteen subsidy stays at 4 EUR per meal.", "canteen subsidy", "4 EUR per meal"),
+    ("The new lease fixes the rent at 2,400 EUR per month.", "rent", "2,400 EUR per month"),
+    ("Parcels shipped: 412 yesterday", "Parcels shipped", "412"),
+])
+def test_values_that_hold_or_are_fixed(text: str, attribute: str, value: str) -> None:
+    (r,) = read(text)
+    assert (r.kind, r.attribute, r.value) == ("attribute", attribute, value)
+
+
+def test_a_work_in_progress_is_not_made() -> None:
+    assert not [r for r in read("Odile is writing the onboarding guide.") if r.predicate == "authored"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(["fleet telematics", "Fleet telematics", "FLEET TELEMATICS", "Fleet Telematics",
+                        "fleet-telematics"]))
+def test_an_entity_name_does_not_depend_on_which_spelling_came_first(spellings: list[str]) -> None:
+    def fold(order: list[str]) -> str:
+        name = order[0]
+        for surface in order[1:]:
+            if better_name(surface, name):
+                name = surface
+        return name
+
+    assert fold(spellings) == fold(sorted(spellings)) != "FLEET TELEMATICS"
+    assert better_name("Ravi Shankar", "Ravi") and not better_name("Ravi", "Ravi Shankar")
+    assert better_name("INC-4821", "inc 4821") and not better_name("inc 4821", "INC-4821")
