@@ -290,6 +290,16 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "account owner": "owner"}
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
+# a field whose key names the team a person is in ("Dept: Finance Ops" on a person's record)
+_MEMBERSHIP_KEYS = frozenset({"department", "team", "squad", "unit", "group", "division", "function"})
+# abbreviations field keys are written with ("Acct owner", "Mgr", "Dept")
+_KEY_ABBREVIATIONS = {"acct": "account", "mgr": "manager", "dept": "department", "loc": "location",
+                      "mgmt": "management", "org": "organisation"}
+
+
+def _field_key(key: str) -> str:
+    """A field's key, lower-cased with its abbreviations spelled out ("Acct owner" → "account owner")."""
+    return " ".join(_KEY_ABBREVIATIONS.get(w.rstrip("."), w) for w in key.lower().split())
 # section headings that name no thing a field could be about
 _GENERIC_HEADINGS = frozenset("""notes note summary status update updates agenda actions decisions overview background
 details owners ownership contacts people links references questions risks timeline history faq misc other
@@ -657,7 +667,9 @@ def _parse_document(document: str) -> _Model:
                             anchors.append((line_start, day, (value_start, content_end)))
                     continue
                 short = len(document[value_start:content_end].split()) <= 3
-                if lowered in _FIELD_ROLES or (lowered in _VALUE_KEYS or lowered in _PLACE_KEYS) and short or (
+                field = _field_key(key)
+                if field in _FIELD_ROLES or (field in _VALUE_KEYS or field in _PLACE_KEYS
+                                             or field in _MEMBERSHIP_KEYS) and short or (
                         _SUBJECTLESS_RE.match(document[value_start:content_end])):
                     # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
@@ -1157,9 +1169,10 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
     if ticket is not None:  # "# INC-4821: checkout timeouts": the ticket
         return ticket.group(1), (span[0], span[0] + ticket.end(1))
     kind = _KIND_HEADING_RE.match(title)
-    if kind is not None and kind.group(1).lower() not in _REPLY_PREFIXES | _GENERIC_HEADINGS | _LABEL_KEYS:
+    if kind is not None and _field_key(kind.group(1)) not in _REPLY_PREFIXES | _GENERIC_HEADINGS | _LABEL_KEYS:
         # "# Account: Brightline Foods", "# Customer: Acme": the named thing
         found = kind.group(2), (span[0] + kind.start(2), span[1])
+    found = _record_name(found[0], found[1][0]) or found
     words = found[0].lower().replace("-", " ").split()
     # "## Team" names nothing, "## Quokka team" names a team
     generic = [w for w in words if w in _GENERIC_HEADINGS]
@@ -1168,6 +1181,35 @@ def _heading_subject(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
             or timeparse.find_time_expressions(found[0], None)):
         return None
     return found
+
+
+_HEADING_PARTS_RE = re.compile(r"\s+[—–|]\s+|\s+-\s+")
+_INVERTED_NAME_RE = re.compile(rf"^({_NAME_WORD}),\s+({_NAME_WORD}(?:\s+{_NAME_WORD})?)$")
+# what a heading says a record is, beside the name it is about ("Employee record — Alvarez, Nuria")
+_RECORD_WORDS = frozenset("""record profile file card sheet page log notes note call calls changes change history
+visit visits debrief recap handover checklist""".split())
+
+
+def _record_name(title: str, offset: int) -> tuple[str, tuple[int, int]] | None:
+    """The name in a heading of parts ("Halvorsen Freight — call notes", "Employee record —
+    Alvarez, Nuria (change log)"): the one part that is not a description of the record,
+    a "Surname, First" written as the name."""
+    cut = re.sub(r"\s*\([^)]*\)\s*$", "", title)
+    bounds = [0, *[i for m in _HEADING_PARTS_RE.finditer(cut) for i in (m.start(), m.end())], len(cut)]
+    parts = [(cut[bounds[i]:bounds[i + 1]], bounds[i]) for i in range(0, len(bounds), 2)]
+    if len(parts) < 2 and cut == title:
+        return None
+    named = [(text, at) for text, at in parts if text.strip() and not all(
+        w in _RECORD_WORDS or w in _GENERIC_HEADINGS or w.isdigit() for w in re.findall(r"[a-z0-9]+", text.lower()))
+        and not all(w in _RECORD_WORDS | _GENERIC_HEADINGS | {"employee", "customer", "account", "client", "staff",
+                                                               "supplier", "vendor", "site"}
+                    for w in re.findall(r"[a-z]+", text.lower()))]
+    if len(named) != 1:
+        return None
+    text, at = named[0]
+    inverted = _INVERTED_NAME_RE.match(text.strip())
+    span = (offset + at, offset + at + len(text))
+    return (f"{inverted.group(2)} {inverted.group(1)}", span) if inverted else (text.strip(), span)
 
 
 def _subjectless(subject: str, subject_span: tuple[int, int], start: int, end: int, verb: str) -> _Part:
@@ -1213,19 +1255,13 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         return _subjectless(heading[0], heading[1], start, end, text.split()[0])
     key, value = match.group("key").strip(), match.group("value")
     value_start, value_end = start + match.start("value"), start + match.end("value")
-    role = _FIELD_ROLES.get(key.lower())
-    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
-    if role is not None and name and heading is not None:
-        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {heading[0]} is"
-        return _Part(value_start, value_end, subject, heading[1])
-    if _SUBJECTLESS_RE.match(value):
+    if _SUBJECTLESS_RE.match(value) and _FIELD_ROLES.get(_field_key(key)) is None:
         return _subjectless(key, (start, value_start), value_start, value_end, value.split()[0])
-    if heading is not None and role is None and len(value.split()) <= 4 and not re.search(r"\d", key) \
-            and len(key.split()) <= 3 and (not re.search(r"\d", value) or _names_a_thing(heading[0])):
-        lowered_key = key.lower()
-        subject = (f"{heading[0]} is located in" if lowered_key in _PLACE_KEYS else f"{heading[0]} is"
-                   if lowered_key == "status" else f"The {heading[0]} {lowered_key} is")
-        return _Part(value_start, value_end, subject, heading[1])
+    if heading is not None:
+        part = _heading_field(ctx, heading, key, value, value_start, value_end)
+        if part is not None:
+            return part
+    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
     # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
     section = _last_heading(ctx, sentence.start)
     if section is not None and name and not re.search(r"\d", key):
@@ -1235,12 +1271,43 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     return None
 
 
+def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str, value: str, value_start: int,
+                   value_end: int) -> _Part | None:
+    """A field of the thing (or person) a heading names: "Owner: Sam Ortiz", "Region: Frankfurt",
+    "Status: live", "Manager: Greg Huxley" and "Dept: Finance Ops" on a person's record."""
+    field = _field_key(key)
+    role = _FIELD_ROLES.get(field)
+    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+    person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip())
+    if person and role == "manager" and name:
+        # "Manager: Greg Huxley" on a person's record: the person reports to them
+        return _Part(value_start, value_end, f"{heading[0]} reports to", heading[1])
+    if person and field in _MEMBERSHIP_KEYS and len(value.split()) <= 5:
+        return _Part(value_start, value_end, f"{heading[0]} works on", heading[1])
+    if role is not None and name:
+        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {heading[0]} is"
+        return _Part(value_start, value_end, subject, heading[1])
+    if role is None and len(value.split()) <= 4 and not re.search(r"\d", key) and len(key.split()) <= 3 and (
+            not re.search(r"\d", value) or _names_a_thing(heading[0])):
+        subject = (f"{heading[0]} is located in" if field in _PLACE_KEYS else f"{heading[0]} is"
+                   if field == "status" else f"The {heading[0]} {field} is")
+        return _Part(value_start, value_end, subject, heading[1])
+    return None
+
+
+# the value column of a two-column table of fields ("| Field | Value |")
+_VALUE_COLUMNS = frozenset({"value", "values", "details", "detail", "info", "data", "entry"})
+
+
 def _table_part(ctx: _Context, sentence: _Sentence) -> _Part | None:
     """A table's data cell read as the field it is: the column's header names a role ("Owner"),
     a place ("Region") or the status of the row's first cell, or a value with a number."""
     column, key, key_span = ctx.model.table_cells[sentence.start]
     value = ctx.model.text[sentence.start:sentence.end]
     lowered = column.lower()
+    heading = _heading_subject(ctx, sentence.start) if lowered in _VALUE_COLUMNS else None
+    if heading is not None:  # "| Manager | Greg Huxley |" under "# Employee record — Alvarez, Nuria"
+        return _heading_field(ctx, heading, key, value, sentence.start, sentence.end)
     role = _FIELD_ROLES.get(lowered)
     if role is not None:
         return _Part(sentence.start, sentence.end, f"The {role} of {key} is", key_span)
@@ -1528,6 +1595,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             edits.extend(_conjugation_edit(document, part.start, part.end))
     # 2. references: a partial reference the title completes
     edits.extend(_title_expansions(ctx, part, edits))
+    if ctx.parsed:
+        edits.extend(_first_name_expansions(ctx, sentence, part, edits))
     # 3. dates
     anchor, anchor_span = _anchor_for(ctx, sentence)
     weekdays = _weekday_tenses(document, sentence, part.start, part.end) if ctx.parsed and anchor is not None \
@@ -2028,6 +2097,31 @@ def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tu
     if len(distinct) != 1:
         return None
     return candidates[-1]
+
+
+def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, existing: Sequence[_Edit]
+                           ) -> list[_Edit]:
+    """"Tomasz takes over the mobile team" after "Tomasz Wrobel has been promoted …": a first
+    name alone is the one full name the document gave it before (not when it gave two)."""
+    document = ctx.model.text
+    full: dict[str, set[str]] = {}
+    spans: dict[str, tuple[int, int]] = {}
+    for start, end, name in _person_mentions(ctx.model, 0, part.start, 0):
+        words = name.split()
+        if 2 <= len(words) <= 3 and name == " ".join(words):  # one line's words, not a heading and a line
+            full.setdefault(words[0], set()).add(name)
+            spans.setdefault(name, (start, end))
+    edits: list[_Edit] = []
+    for start, end, name in _person_mentions(ctx.model, part.start, part.end, sentence.start):
+        if " " in name or any(e.start < end and start < e.end for e in existing):
+            continue
+        if document[end:end + 1] in ("-", "'", "’") or document[max(0, start - 1):start] in ("-", "@", "#"):
+            continue
+        names = full.get(name, set())
+        if len(names) == 1:
+            (whole,) = names
+            edits.append(_Edit(start, end, whole, "reference_expanded", f"{name} -> {whole}", (spans[whole],)))
+    return edits
 
 
 def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:

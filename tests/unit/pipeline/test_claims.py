@@ -475,3 +475,28 @@ def test_names_with_accents_are_whole_words() -> None:
     assert "Zoë said that Łukasz Dvořák reviewed the exporter on 16 September 2026." in texts
     assert any(t.startswith("Şahin said that Şahin met Dona Graça") for t in texts), texts
     assert {c.attributed_to for c in claims} == {"Zoë", "Şahin"}
+
+
+def _parsed_texts(document: str, said_on: datetime = datetime(2026, 5, 4, 9, tzinfo=UTC)) -> list[str]:
+    item = ExtractionInput(document, Passage("p", 0, len(document)), said_on, None)
+    return [d.claim_text for d in extract_parsed_claims(item)[0]]
+
+
+def test_a_record_heading_names_the_subject_of_its_fields() -> None:
+    """A heading of parts ("<kind>: <name> — <what the page is>", "<what> — Surname, First")
+    names the thing its fields are about; a person's manager and department are who they
+    report to and what they work on; a two-column table of fields reads as field lines."""
+    texts = _parsed_texts("# Client: Brackwater Mills — visit notes\n\nAcct owner: Tilde Morgan\n")
+    assert "The owner of Brackwater Mills is Tilde Morgan." in texts
+    texts = _parsed_texts("# Staff profile — Okafor, Chidi\n\n| Field | Value |\n|---|---|\n| Mgr | Sunniva Berg |\n"
+                          "| Dept | Claims Handling |\n| Location | Leeds |\n")
+    assert {"Chidi Okafor reports to Sunniva Berg.", "Chidi Okafor works on Claims Handling.",
+            "Chidi Okafor is located in Leeds."} <= set(texts)
+
+
+def test_a_first_name_alone_is_the_full_name_given_before() -> None:
+    texts = _parsed_texts("Ingrid Solberg joined the risk desk on 3 May 2026.\nIngrid now owns the limits report.\n")
+    assert "Ingrid Solberg now owns the limits report." in texts
+    # two full names with that first name: left as written
+    texts = _parsed_texts("Ingrid Solberg and Ingrid Haug joined the desk.\nIngrid now owns the limits report.\n")
+    assert "Ingrid now owns the limits report." in texts
