@@ -961,6 +961,8 @@ class _Context:
     # separates two statements ("I report to Hamid, he runs the platform group"), and a field
     # line or list item takes the thing its section heading names ("- Owner: Sam")
     parsed: bool = False
+    # the document's full names of two or three words, in order (see _first_name_expansions)
+    full_names: list[tuple[int, int, str]] | None = None
 
     def decide(self, kind: str, reason: str, start: int, end: int, detail: str | None = None) -> None:
         self.decisions.append(Decision(kind, reason, start, end, detail))
@@ -2104,13 +2106,16 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
     """"Tomasz takes over the mobile team" after "Tomasz Wrobel has been promoted …": a first
     name alone is the one full name the document gave it before (not when it gave two)."""
     document = ctx.model.text
+    if ctx.full_names is None:  # one line's words, not a heading and the line after it
+        ctx.full_names = [m for m in _person_mentions(ctx.model, 0, len(document), 0)
+                          if 2 <= len(m[2].split()) <= 3 and m[2] == " ".join(m[2].split())]
     full: dict[str, set[str]] = {}
     spans: dict[str, tuple[int, int]] = {}
-    for start, end, name in _person_mentions(ctx.model, 0, part.start, 0):
-        words = name.split()
-        if 2 <= len(words) <= 3 and name == " ".join(words):  # one line's words, not a heading and a line
-            full.setdefault(words[0], set()).add(name)
-            spans.setdefault(name, (start, end))
+    for start, end, name in ctx.full_names:
+        if start >= part.start:
+            break
+        full.setdefault(name.split()[0], set()).add(name)
+        spans.setdefault(name, (start, end))
     edits: list[_Edit] = []
     for start, end, name in _person_mentions(ctx.model, part.start, part.end, sentence.start):
         if " " in name or any(e.start < end and start < e.end for e in existing):
