@@ -1887,9 +1887,28 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
                                (ctx.model.participants_span,) if ctx.model.participants_span else ()))
             if lowered == "you":
                 edits.extend(_agreement_edit(document, end, part.end) or _conjugation_edit(document, end, part.end))
+        elif base in ("they", "them", "their", "theirs") and ctx.parsed and (
+                customer := _customer_record(ctx, sentence.start)) is not None:
+            # "They're still on the Fleet Pro plan" in an account's notes: the customer
+            name, span = customer
+            replacement = _contracted(name, lowered, next_word, possessive=base in ("their", "theirs"), plural=True)
+            edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {name}", (span,)))
         else:
             return word
     return edits
+
+
+# the kinds of record whose notes say "they" of the organisation they are about
+_CUSTOMER_KINDS = frozenset("account customer client company vendor supplier partner prospect".split())
+
+
+def _customer_record(ctx: _Context, position: int) -> tuple[str, tuple[int, int]] | None:
+    """The organisation an account's or customer's notes are about ("# Acct: Halvorsen Freight")."""
+    found = _last_heading(ctx, position)
+    kind = _KIND_HEADING_RE.match(found[0]) if found is not None else None
+    if kind is None or _field_key(kind.group(1)) not in _CUSTOMER_KINDS:
+        return None
+    return _heading_subject(ctx, position)
 
 
 def _other_party(ctx: _Context, sentence: _Sentence) -> str | None:

@@ -500,3 +500,10 @@ def test_a_first_name_alone_is_the_full_name_given_before() -> None:
     # two full names with that first name: left as written
     texts = _parsed_texts("Ingrid Solberg and Ingrid Haug joined the desk.\nIngrid now owns the limits report.\n")
     assert "Ingrid now owns the limits report." in texts
+
+
+def test_they_in_an_accounts_notes_is_the_customer() -> None:
+    texts = _parsed_texts("# Customer: Orrin Textiles — call notes\n\n- They're on the Loom Basic plan.\n")
+    assert "Orrin Textiles are on the Loom Basic plan." in texts
+    # elsewhere "they" is still unresolved, and the statement is not guessed
+    assert _parsed_texts("# Weekly sync\n\n- They're on the Loom Basic plan.\n") == []
