@@ -580,6 +580,9 @@ _STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|f
                            re.IGNORECASE)
 
 
+_CLAUSE_VERB = re.compile(r"\b(?:is|are|was|were|has|have|had|will|remains?|stays?|stands?)\b", re.IGNORECASE)
+
+
 def is_key_value(text: str) -> bool:
     """"Authorisation rate: 94.1 percent": a named value written as a label and a number."""
     return _KEY_VALUE.match(text) is not None
@@ -588,6 +591,13 @@ def is_key_value(text: str) -> bool:
 def read(text: str) -> list[Reading]:
     """The readings of one claim text, in order."""
     key_value = _KEY_VALUE.match(text)
+    if key_value is not None and _CLAUSE_VERB.search(key_value.group("value")) \
+            and len(key_value.group("value").split()) >= 3 and _DISCOURSE_PREFIX.match(text) is None \
+            and not _CORRECTION_WORDS.search(key_value.group("name")):
+        # "Treasurer's report: unrestricted reserves are 86,000 GBP": a source's label before a
+        # statement, not a field
+        value = key_value.group("value").strip()
+        return read(value[:1].upper() + value[1:])
     if key_value is not None and len(key_value.group("value").split()) <= 6:
         name = _without_trailing_time(key_value.group("name").strip())
         return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(key_value.group("value").strip()),
