@@ -1599,6 +1599,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     edits.extend(_title_expansions(ctx, part, edits))
     if ctx.parsed:
         edits.extend(_first_name_expansions(ctx, sentence, part, edits))
+        edits.extend(_role_expansions(ctx, sentence, part, edits))
     # 3. dates
     anchor, anchor_span = _anchor_for(ctx, sentence)
     weekdays = _weekday_tenses(document, sentence, part.start, part.end) if ctx.parsed and anchor is not None \
@@ -2118,6 +2119,29 @@ def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tu
     if len(distinct) != 1:
         return None
     return candidates[-1]
+
+
+_BARE_ROLE_RE = re.compile(r"\b(?:elected|appointed|named|made|became|becomes|become|as)\s+(?:the\s+)?(?:new\s+)?"
+                           r"(chair|chairperson|head|lead|director|manager|coordinator|owner|captain|president"
+                           r"|treasurer|secretary)\b(?!\s+(?:of|for)\b)", re.IGNORECASE)
+
+
+def _role_expansions(ctx: _Context, sentence: _Sentence, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:
+    """"Patrice stood down as chair of the board, and Kemi was elected chair": a role without
+    its object, in a statement split from one that names it, is that role."""
+    document = ctx.model.text
+    edits: list[_Edit] = []
+    for match in _BARE_ROLE_RE.finditer(document, part.start, part.end):
+        role = match.group(1)
+        named = re.search(rf"\b{role}\s+(of\s+(?:the\s+)?[^,.;:()]+?)(?=\s*[,.;:()]|\s+(?:on|in|from|since|until|"
+                          rf"and|effective)\b|\s*$)", document[sentence.start:sentence.end], re.IGNORECASE)
+        start, end = match.start(1), match.end(1)
+        if named is None or any(e.start < end and start < e.end for e in existing):
+            continue
+        edits.append(_Edit(start, end, f"{role} {named.group(1)}", "reference_expanded",
+                           f"{role} -> {role} {named.group(1)}",
+                           ((sentence.start + named.start(), sentence.start + named.end()),)))
+    return edits
 
 
 def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, existing: Sequence[_Edit]

@@ -996,11 +996,14 @@ def _role(token: Any | None) -> tuple[str, str] | None:
     predicate = _ROLE_NOUNS.get(token.lemma_.lower())
     if predicate is None:
         return None
-    for child in token.children:
-        if child.dep_ == "prep" and child.lower_ in ("of", "for", "on"):
-            obj = next((o for o in child.children if o.dep_ == "pobj"), None)
-            if obj is not None and not _is_time(obj):
-                return predicate, _np_text(obj)
+    # "stood down as chair of the board, and Kemi was elected chair": a bare role is the one
+    # the sentence names with its object
+    for noun in (token, *[t for t in token.sent if t.lemma_ == token.lemma_ and t.i != token.i]):
+        for child in noun.children:
+            if child.dep_ == "prep" and child.lower_ in ("of", "for", "on"):
+                obj = next((o for o in child.children if o.dep_ == "pobj"), None)
+                if obj is not None and not _is_time(obj):
+                    return predicate, _np_text(obj)
     return None
 
 

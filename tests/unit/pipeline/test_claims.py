@@ -507,3 +507,9 @@ def test_they_in_an_accounts_notes_is_the_customer() -> None:
     assert "Orrin Textiles are on the Loom Basic plan." in texts
     # elsewhere "they" is still unresolved, and the statement is not guessed
     assert _parsed_texts("# Weekly sync\n\n- They're on the Loom Basic plan.\n") == []
+
+
+def test_a_bare_role_split_from_the_statement_naming_it_is_that_role() -> None:
+    texts = _parsed_texts("Omar Reyes stepped down as treasurer of the rowing club in March 2026, and Lena Fox "
+                          "was appointed treasurer in April 2026.\n")
+    assert "Lena Fox was appointed treasurer of the rowing club in April 2026." in texts
