@@ -598,10 +598,11 @@ def read(text: str) -> list[Reading]:
         # statement, not a field
         value = key_value.group("value").strip()
         return read(value[:1].upper() + value[1:])
-    if key_value is not None and len(key_value.group("value").split()) <= 6:
+    # "11 (7 civils, 4 sparkies)", "0.6 bar (normal 1.0-1.5 bar)": an aside after the value is no part of it
+    value = re.sub(r"\s*\([^()]*\)", "", key_value.group("value")).strip() if key_value is not None else ""
+    if key_value is not None and value and len(value.split()) <= 6 and re.search(r"\d", value):
         name = _without_trailing_time(key_value.group("name").strip())
-        return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(key_value.group("value").strip()),
-                      "none", text, state=False)]
+        return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(value), "none", text, state=False)]
     corrected = _without_prefix(text)[1]
     # "Starting 1 June, Carmen will manage the desk": a state with a stated start, not a plan
     starts = bool(_STATED_START.match(_without_prefix(text)[0]))

@@ -473,6 +473,7 @@ def test_a_participle_names_the_previous_holder() -> None:
     ("The canteen subsidy stays at 4 EUR per meal.", "canteen subsidy", "4 EUR per meal"),
     ("The new lease fixes the rent at 2,400 EUR per month.", "rent", "2,400 EUR per month"),
     ("Parcels shipped: 412 yesterday", "Parcels shipped", "412"),
+    ("Dock doors open: 14 (2 closed for repair)", "Dock doors open", "14"),
     # a source's label before a statement is not a field
     ("Auditor's memo: the petty cash float is 2,500 EUR.", "petty cash float", "2,500 EUR"),
 ])
