@@ -343,6 +343,16 @@ _INTERJECTION_RE = re.compile(
 )
 # the writer's frame around what they announce ("I'm delighted to share that …", "Please note that
 # …"): the statement is what follows; the frame's "I" is no part of it
+# an outline number or an item label before a minuted statement ("3.1 ", "Resolution 2026/14. ")
+_OUTLINE_RE = re.compile(r"^(?:\d+(?:\.\d+)+\.?|\(?[a-z]\)|(?:item|resolution|minute|motion)\s+[\w/.-]*\w[.:])"
+                         r"\s+(?=\S)", re.IGNORECASE)
+# the record's own frame around what a body decided or noted ("RESOLVED: that …", "It was
+# noted that …", "The Board agreed that …"): what follows is the statement
+_MINUTES_FRAME_RE = re.compile(
+    r"^(?:(?:RESOLVED|AGREED|NOTED|DECIDED)\s*:\s*(?:that\s+)?"
+    r"|it\s+was\s+(?:noted|resolved|agreed|decided|confirmed|reported)\s+that\s+"
+    r"|the\s+(?:board|committee|council|trustees|meeting|panel|group)\s+(?:noted|agreed|resolved|confirmed|decided)"
+    r"\s+that\s+)(?=\S)", re.IGNORECASE)
 _AUTHOR_FRAME_RE = re.compile(
     r"^(?:(?:I|we)(?:['’]m|['’]re|\s+am|\s+are)\s+(?:(?:very|so|really|truly)\s+)?"
     r"(?:delighted|pleased|happy|glad|excited|thrilled|proud|sad|sorry)\s+to\s+"
@@ -800,6 +810,9 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
 
 def _is_line_boundary(document: str, sentence_start: int, newline: int, following: str) -> bool:
     previous = document[sentence_start:newline].rstrip()
+    line = document[document.rfind("\n", 0, newline) + 1:newline].strip()
+    if re.fullmatch(r"\*\*[^*\n]+\*\*|__[^_\n]+__", line):
+        return True  # "**Item 3. Venue**": a bold line is a label of its own, not the start of the next line
     if not previous or previous[-1] in ".!?:;,-–—(":
         return False
     if not following.isupper():
@@ -1089,7 +1102,8 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     start, end = sentence.start, sentence.end
     for _ in range(3):  # "ok. btw Wen joined …": each leading interjection
         interjection = (_INTERJECTION_RE.match(document[start:end]) or _CHAT_FILLER_RE.match(document[start:end])
-                        or _AUTHOR_FRAME_RE.match(document[start:end]))
+                        or _AUTHOR_FRAME_RE.match(document[start:end]) or _OUTLINE_RE.match(document[start:end])
+                        or _MINUTES_FRAME_RE.match(document[start:end]))
         if not interjection or end - (start + interjection.end()) <= 0:
             break
         start += interjection.end()

@@ -708,7 +708,8 @@ def read(text: str) -> list[Reading]:
             if replaced is not None:
                 # "has managed the inventory since 1 September, replacing Marco Bellini"
                 main = [_replace(r, change="succession", previous_holder=replaced)
-                        if r.kind == "relation" and r.previous_holder is None and r.change == "none" else r
+                        if r.kind == "relation" and r.previous_holder is None and r.change in ("none", "succession")
+                        else r
                         for r in main]
             if main_undated:
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
@@ -1095,6 +1096,14 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
     if base in _BECOME:
         role = (_role(c.attr) or _role(c.oprd) or as_role or _role(to) or _role(c.xcomp)
                 or _role(c.objects[0] if c.objects else None))
+        duty = work = None
+        if c.xcomp is not None and c.xcomp.pos_ == "VERB":
+            duty = _VERB_PREDICATES.get(c.xcomp.lemma_.lower())
+            work = next((o for o in c.xcomp.children if o.dep_ == "dobj"), None)
+        if role is None and duty in ("other:leads", "other:owns") and work is not None:
+            # "Ilona Marek be appointed to lead the orchestra", "was hired to run the kitchen"
+            holders = subjects if c.passive else [_np_text(o) for o in c.objects] or subjects
+            return _rel(holders, duty, _np_text(work), succession, text)
         if role is None:
             return None
         holders = subjects if (c.passive or base == "become") else [_np_text(o) for o in c.objects]
@@ -1408,7 +1417,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         # "the partner programme has 48 active partners"
         return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(c.objects[0]), change, text,
                       state=True)]
-    if base in ("fix", "set", "cap", "freeze", "lock", "peg", "keep", "hold") and c.objects and not c.passive:
+    if base in ("fix", "set", "cap", "freeze", "lock", "peg", "keep", "hold", "approve", "agree", "confirm") \
+            and c.objects and not c.passive:
         # "the new contract fixes the electricity price at 128 EUR per MWh"
         value = _first(c.preps, "at")
         if value is not None and _is_valueish(value) and not _is_personish(c.objects[0]):

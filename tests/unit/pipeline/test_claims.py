@@ -513,3 +513,10 @@ def test_a_bare_role_split_from_the_statement_naming_it_is_that_role() -> None:
     texts = _parsed_texts("Omar Reyes stepped down as treasurer of the rowing club in March 2026, and Lena Fox "
                           "was appointed treasurer in April 2026.\n")
     assert "Lena Fox was appointed treasurer of the rowing club in April 2026." in texts
+
+
+def test_minutes_frames_outline_numbers_and_bold_labels_are_not_the_statement() -> None:
+    texts = _parsed_texts("**Item 6. Premises**\n6.2 RESOLVED: that Dana Ruiz chairs the archive committee.\n"
+                          "It was noted that the café is run by Brewhouse Ltd.\n")
+    assert "Dana Ruiz chairs the archive committee." in texts
+    assert "The café is run by Brewhouse Ltd." in texts

@@ -456,6 +456,8 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("The spare drill bits are in the site cabin.", ("spare drill bits", "located_in", "site cabin")),
     ("The parking permits desk is run by the transport office.",
      ("transport office", "other:leads", "parking permits desk")),
+    # a body appoints someone to a duty named by a verb
+    ("Kwame Osei was appointed to run the tasting room.", ("Kwame Osei", "other:leads", "tasting room")),
     # a particle after the object; a name the small model tags a date
     ("Wendell took the night rota back from Iris Kahn.", ("Wendell", "other:leads", "night rota")),
 ])
