@@ -51,7 +51,7 @@ class Reading:
 _VERB_PREDICATES = {
     "lead": "other:leads", "head": "other:leads", "manage": "other:leads", "chair": "other:leads",
     "run": "other:leads", "captain": "other:leads", "coordinate": "other:leads", "direct": "other:leads",
-    "own": "other:owns", "maintain": "other:owns",
+    "own": "other:owns", "maintain": "other:owns", "oversee": "other:leads",
     "sponsor": "other:sponsors",
     "use": "uses", "found": "founded", "co-found": "founded", "cofound": "founded",
     "write": "authored", "author": "authored", "create": "created", "build": "created", "design": "created",
@@ -67,7 +67,8 @@ _PREP_VERB_PREDICATES = {
 _PASSIVE_AGENT = {"own": "other:owns", "lead": "other:leads", "manage": "other:leads", "run": "other:leads",
                   "head": "other:leads", "maintain": "other:owns", "sponsor": "other:sponsors",
                   "build": "created", "create": "created", "write": "authored", "develop": "created",
-                  "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads"}
+                  "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads",
+                  "oversee": "other:leads", "coordinate": "other:leads"}
 _LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside".split())
 _ROLE_NOUNS = {
     "owner": "other:owns", "maintainer": "other:owns", "lead": "other:leads", "leader": "other:leads",
@@ -134,6 +135,8 @@ _VERB_LEXICON = frozenset(
 _FORMERLY = frozenset({"previously", "formerly"})
 _CURRENCY_CODES = frozenset("""USD EUR GBP CHF JPY CNY AUD CAD SEK NOK DKK PLN CZK HUF INR BRL ZAR NZD SGD HKD MXN
 KRW TRY AED SAR ILS RON BGN ISK""".split())
+# processes done "with" a tool ("tracked with ORBCOMM"), not with a partner ("signed with Acme")
+_TOOL_VERBS = frozenset("track monitor manage build make process record log store schedule plan book edit".split())
 # clouds a system is hosted in when it moves there ("moved from Heroku to AWS")
 _HOSTING_PROVIDERS = frozenset("""aws azure gcp heroku digitalocean hetzner ovh ovhcloud linode vercel netlify
 cloudflare akamai fastly scaleway""".split())
@@ -145,7 +148,8 @@ _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "st
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
 # attributes whose values are grades ("severity: high", "the priority is low")
 _GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
-_HONORIFICS = frozenset("mr mrs ms miss mx dr prof professor sister nurse sir dame".split())
+_HONORIFICS = frozenset("""mr mrs ms miss mx dr prof professor sister nurse sir dame captain capt cllr councillor
+rev reverend colonel major sergeant judge""".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
@@ -216,7 +220,8 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         # pharma cross-dock": the parser's adjacent objects (or subjects) are one noun phrase
         left = token.left_edge.i
         for sibling in reversed([c for c in token.head.children if c.dep_ == token.dep_ and c.i < token.i]):
-            if sibling.right_edge.i + 1 == left:
+            if sibling.right_edge.i + 1 == left or (sibling.right_edge.i + 2 == left
+                                                    and token.doc[left - 1].text in _JOINING_MARKS):
                 out.extend(sibling.subtree)
                 left = sibling.left_edge.i
         for sibling in token.head.children:
@@ -260,6 +265,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         out.extend(t for t in child.subtree if not (t.ent_type_ == "DATE" and token.ent_type_ != "DATE"
                                                     and not modifier)
                    and t.dep_ not in ("relcl", "punct") or t.text in ("-", "'s", "’s", "/", "&"))
+    # "the Oban–Craignure route", "the AI/ML team": a dash or slash between the phrase's words is in it
+    kept = {t.i for t in out}
+    out += [token.doc[i] for i in range(min(kept), max(kept)) if i not in kept
+            and token.doc[i].text in _JOINING_MARKS and i - 1 in kept and i + 1 in kept]
     return sorted(set(out), key=lambda t: t.i)
 
 
@@ -293,6 +302,16 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
         tokens = tokens[kind:]
     text = "".join(t.text_with_ws for t in tokens).strip()
     return re.sub(r"\s+", " ", text).strip(" ,.;:")
+
+
+_JOINING_MARKS = frozenset({"-", "–", "—", "/", "+"})
+
+
+def _adjacent(first: Any, second: Any) -> bool:
+    """Two phrases the parser split out of one: next to each other, or joined by a dash or
+    slash ("the Leith–Kirkwall crossing")."""
+    gap = second.left_edge.i - first.right_edge.i
+    return gap == 1 or (gap == 2 and first.doc[first.right_edge.i + 1].text in _JOINING_MARKS)
 
 
 def _conjuncts(token: Any) -> list[Any]:
@@ -432,7 +451,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
     for child in head.children:
         dep = child.dep_
         if dep in ("nsubj", "nsubjpass", "csubj"):
-            if subjects and subjects[-1].dep_ == dep and subjects[-1].right_edge.i + 1 == child.left_edge.i:
+            if subjects and subjects[-1].dep_ == dep and _adjacent(subjects[-1], child):
                 subjects.pop()  # "the payments API" parsed as two subjects: one noun phrase
             subjects.extend(_conjuncts(child))
             passive = passive or dep == "nsubjpass"
@@ -1221,6 +1240,15 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings
+        if c.agent is None and c.subjects and not c.objects and not (
+                _is_person(c.subjects[0]) or c.subjects[0].pos_ == "PROPN" and _is_person_named(c.subjects[0])):
+            # "timesheets are submitted through Workday", "reefer trailers are tracked with ORBCOMM":
+            # a process done in a named tool uses it
+            for prep in ("through", "via", "using", "in", "with"):
+                tool = _non_time(c.preps.get(prep))
+                if tool is not None and tool.pos_ == "PROPN" and not _is_locative(tool) and not _is_person(tool) \
+                        and not any(ch.isdigit() for ch in tool.text) and (prep != "with" or base in _TOOL_VERBS):
+                    return _rel(subjects, "uses", _np_text(tool), change, text)
         return None
     if base == "be":
         role = _role(c.attr)

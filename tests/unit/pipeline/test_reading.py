@@ -456,6 +456,10 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("The spare drill bits are in the site cabin.", ("spare drill bits", "located_in", "site cabin")),
     ("The parking permits desk is run by the transport office.",
      ("transport office", "other:leads", "parking permits desk")),
+    # a process done in a named tool; a dash inside a name; a title before a name
+    ("Expense claims are filed through Concur.", ("Expense claims", "uses", "Concur")),
+    ("The Leith–Kirkwall crossing is run by Orkney Link.", ("Orkney Link", "other:leads", "Leith–Kirkwall crossing")),
+    ("Rota planning is led by Captain Ines Varga.", ("Ines Varga", "other:leads", "Rota planning")),
     # a body appoints someone to a duty named by a verb
     ("Kwame Osei was appointed to run the tasting room.", ("Kwame Osei", "other:leads", "tasting room")),
     # a particle after the object; a name the small model tags a date
