@@ -349,9 +349,11 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
             if a.previous_value.lower() in (c.statement or "").lower():
                 return Verdict("update", min(0.95, 0.6 + score), target=c.fact_id, window=a.window,
                                reason="corrected_value", features={"attribute_overlap": score})
-    if a.change_kind == "none":
+    if a.change_kind == "none" and not a.until_claim:
         # a change of this attribute already held: a state that started later closes this
-        # value at its start; a rescheduled date said later supersedes it (its window stays)
+        # value at its start; a rescheduled date said later supersedes it (its window stays).
+        # (A previous value a change names, "rises from 35 to 38.50", is closed by that
+        # change, which comes next in the same claim.)
         start = a.window.valid_from
         later_state = [c for c, _ in related if c.change_kind == "succession" and c.window.precision == "open"
                        and c.window.valid_from is not None and (start is None or c.window.valid_from > start)]
@@ -370,9 +372,17 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     if a.change_kind in ("succession", "correction"):
         start = a.window.valid_from if (a.valid_kind in ("effective_period", "proposition_validity")
                                         or a.window.precision == "open") else None
-        closing = tuple((c.fact_id, start) for c, _ in related if _closes(c, start))
+        # an undated change said before a value already held ("raised to 4.5" on 5 January,
+        # "is now 4.4" on 16 February) is followed by it, as if it had come first
+        later = [c for c, _ in related if start is None and not c.superseded and c.said_at is not None
+                 and a.said_at is not None and c.said_at > a.said_at]
+        closing = tuple((c.fact_id, start) for c, _ in related if _closes(c, start) and c not in later)
+        closed_by = None
+        if later:
+            follower = min(later, key=lambda c: (c.said_at, str(c.fact_id)))
+            closed_by = (follower.fact_id, follower.window.valid_from if follower.window.precision == "open" else None)
         return Verdict("add", 0.9, window=a.window, supersede=closing, reason="successor",
-                       features={"attribute_overlap": related[0][1]})
+                       features={"attribute_overlap": related[0][1]}, closed_by=closed_by)
     conflicting = [c for c, _ in related if not c.superseded and a.window.known and c.window.known
                    and a.window != c.window]
     if conflicting:

@@ -723,6 +723,10 @@ def read(text: str) -> list[Reading]:
             if clause.modal == "will" and (starts and head is root or _starts_on(clause)):
                 clause.modal = None  # "Yara will lead the group from 1 May": a state with a stated start
             main = _read_clause(clause, sentence)
+            if starts and head is root:
+                # "From 1 May the seat price is 14 EUR": a value with a stated start is a change then
+                main = [_replace(r, change="succession") if r.kind == "attribute" and r.change == "none" else r
+                        for r in main]
             replaced = _replaced_holder(head)
             if replaced is not None:
                 # "has managed the inventory since 1 September, replacing Marco Bellini"
