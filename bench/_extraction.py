@@ -181,9 +181,9 @@ class Memory:
                 entity_id = uuid.uuid5(uuid.NAMESPACE_OID, key)
                 self.names[entity_id] = surface.strip()
             self.entities[key] = (entity_id, surface.strip())
-        if better_name(surface.strip(), self.names[entity_id := self.entities[key][0]]):
-            self.names[entity_id] = surface.strip()
         entity_id = self.entities[key][0]
+        if better_name(surface.strip(), self.names[entity_id]):
+            self.names[entity_id] = surface.strip()
         return entity_id, self.names[entity_id]
 
     def name(self, entity_id: uuid.UUID) -> str:

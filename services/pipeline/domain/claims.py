@@ -1277,7 +1277,7 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         part = _heading_field(ctx, heading, key, value, value_start, value_end)
         if part is not None:
             return part
-    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+    name = _only_names(value)
     # a heading that names the role: "## Service owners" / "- Billing service: Priya Raman"
     section = _last_heading(ctx, sentence.start)
     if section is not None and name and not re.search(r"\d", key):
@@ -1287,13 +1287,18 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
     return None
 
 
+def _only_names(value: str) -> bool:
+    """"Sam Ortiz", "Ana Reyes and Tom Li": a field value that is names and nothing else."""
+    return re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+
+
 def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str, value: str, value_start: int,
                    value_end: int) -> _Part | None:
     """A field of the thing (or person) a heading names: "Owner: Sam Ortiz", "Region: Frankfurt",
     "Status: live", "Manager: Greg Huxley" and "Dept: Finance Ops" on a person's record."""
     field = _field_key(key)
     role = _FIELD_ROLES.get(field)
-    name = re.fullmatch(rf"{_NAME}(?:\s*(?:,|and|&)\s*{_NAME})*", value.strip()) is not None
+    name = _only_names(value)
     person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip())
     if person and role == "manager" and name:
         # "Manager: Greg Huxley" on a person's record: the person reports to them
@@ -1544,10 +1549,9 @@ def _lead_in_day(ctx: _Context, sentence: _Sentence, statement: str) -> date | N
 
     if sentence.unit.kind != "list":
         return None
-    before = [s for s in ctx.model.sentences if s.end <= sentence.start and s.unit.kind != "list"]
-    if not before:
+    lead = next((s for s in reversed(ctx.model.sentences[:sentence.index]) if s.unit.kind != "list"), None)
+    if lead is None:
         return None
-    lead = before[-1]
     heading = _last_heading(ctx, sentence.start)
     text = ctx.model.text[lead.start:lead.end].rstrip()
     if not text.endswith(":") or (heading is not None and heading[1][0] > lead.start):

@@ -81,7 +81,7 @@ _GROUP_HEADS = frozenset("""guild committee board council club chapter community
 working group society association""".split())
 _THING_HEADS = frozenset("""service system app application platform tool library product api database cluster
 pipeline site portal engine server job repository repo dashboard bot model studio ci website intranet wiki blog
-newsletter crm erp helpdesk telematics spreadsheet sheet tracker backend frontend page""".split())
+newsletter crm erp helpdesk spreadsheet sheet tracker backend frontend page""".split())
 ORG_WORDS = frozenset("""labs lab inc ltd llc gmbh corp corporation company bank university institute agency
 systems technologies partners consulting""".split())
 _STATUS_WORDS = frozenset("""complete completed done live blocked paused cancelled canceled active ready delayed
@@ -356,10 +356,16 @@ def _is_place(token: Any) -> bool:
     return token.ent_type_ in ("GPE", "LOC", "FAC")
 
 
-# nouns that name where a thing is kept or stands ("the tool crib", "room B012", "Hall 4")
+# nouns that name where a thing is kept or stands ("the site cabin", "room B012", "Hall 4")
 _PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
-laboratory store storeroom stockroom cupboard cabinet shelf crib locker shed garage centre center datacenter region
+laboratory store storeroom stockroom cupboard cabinet shelf locker shed garage centre center datacenter region
 zone plant factory bay dock annex annexe attic vault""".split())
+
+
+def _names_a_system(token: Any) -> bool:
+    """A phrase whose head or a modifier before it is a system word ("the council tax portal",
+    "Lantern CI"); not its relative clauses ("Piotr, who moves to the pricing team")."""
+    return any(t.lemma_.lower() in _THING_HEADS for t in (token, *token.lefts))
 
 
 def _is_locative(token: Any) -> bool:
@@ -1160,8 +1166,7 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             rest = _predicate_text(c)
             return [Reading("statement", subject=_np_text(mover), change=change, label=text,
                             features={"predicate_text": rest} if rest else {})]
-        if (not c.objects or c.passive) and any(t.lemma_.lower() in _THING_HEADS or t.lower_ in _THING_HEADS
-                                                 for t in mover.subtree) \
+        if (not c.objects or c.passive) and _names_a_system(mover) \
                 and destination.pos_ == "PROPN" and not _is_place(destination) and not _is_person(destination) \
                 and not (source is not None and source.pos_ != "PROPN" and _is_locative(source)) \
                 and not any(t.lower_ in _HOSTING_PROVIDERS for t in destination.subtree):
@@ -1171,7 +1176,7 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
                         previous=_np_text(source) if source is not None else None)
         if _is_place(destination):
             predicate = "located_in"
-        elif _is_personish(mover) and not any(t.lemma_.lower() in _THING_HEADS for t in (mover, *mover.lefts)):
+        elif _is_personish(mover) and not _names_a_system(mover):
             # ("the council tax portal", its head tagged a proper noun, is no person)
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
                 t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
@@ -1295,7 +1300,7 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             place = _non_time(c.preps.get("in") or c.preps.get("at"))
             if place is not None and (_is_place(place) or (_is_locative(place) and c.subjects
                                                           and not _is_personish(c.subjects[0]))):
-                # "the spare seals are in the tool crib", "the spectrometer is in room B012"
+                # "the spare drill bits are in the site cabin", "the spectrometer is in room B012"
                 return _rel(subjects, "located_in", _np_text(place), change, text)
             if place is not None and _is_org(place) and c.subjects and _is_person(c.subjects[0]):
                 return _rel(subjects, "works_for", _np_text(place), change, text)

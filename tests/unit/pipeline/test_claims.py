@@ -520,3 +520,20 @@ def test_minutes_frames_outline_numbers_and_bold_labels_are_not_the_statement() 
                           "It was noted that the café is run by Brewhouse Ltd.\n")
     assert "Dana Ruiz chairs the archive committee." in texts
     assert "The café is run by Brewhouse Ltd." in texts
+
+
+def _windows(document: str, said_on: datetime) -> dict[str, tuple[date | None, str]]:
+    item = ExtractionInput(document, Passage("p", 0, len(document)), said_on, None)
+    return {d.claim_text: (d.valid_from.date() if d.valid_from else None, d.valid_precision)
+            for d in extract_parsed_claims(item)[0]}
+
+
+def test_a_list_lead_in_dates_the_changes_under_it_and_a_possessive_date_names_a_thing() -> None:
+    said = datetime(2026, 9, 14, 8, tzinfo=UTC)
+    found = _windows("Some changes, effective Monday 14 September 2026:\n\n"
+                     "- Noor Haddad takes over the returns desk from Ivo Petrov.\n"
+                     "- The returns desk budget is 4,000 GBP.\n", said)
+    assert found["Noor Haddad takes over the returns desk from Ivo Petrov."] == (date(2026, 9, 14), "day")
+    assert found["The returns desk budget is 4,000 GBP."] == (None, "unknown")  # not a change
+    found = _windows("After this morning's review, Ivo Petrov handed the audit over to Noor Haddad today.\n", said)
+    assert list(found.values()) == [(date(2026, 9, 14), "day")]
