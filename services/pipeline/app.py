@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from services.pipeline.domain.claims import ClaimProvider, ExtractionInput, Passage
 from services.pipeline.domain.facts import ParseRelationProvider, RelationProvider
 from services.pipeline.domain.grounding import ground
-from services.pipeline.domain.work import StageFailure, chunk_ordinal, generation_suffix
+from services.pipeline.domain.work import SPACE_WIDE, StageFailure, chunk_ordinal, generation_suffix
 from services.platform import telemetry
 from services.platform.ledger import is_model_call
 from services.platform.structure import (
@@ -354,7 +354,9 @@ class Stages:
 
 
 class Worker:
-    """Claims units and runs up to ``concurrency`` of them at once until told to stop."""
+    """Claims units and runs up to ``concurrency`` of them at once until told to stop, and
+    as many again of the space-wide stages: those queue on their space's lock (one at a
+    time per space), and a unit waiting there must not hold a slot that other work could use."""
 
     def __init__(self, queue: PgQueue, stages: Stages, wakeup: Wakeup, *, concurrency: int, poll_s: float) -> None:
         self.queue = queue
@@ -363,16 +365,20 @@ class Worker:
         self.concurrency = concurrency
         self.poll_s = poll_s
         self._inflight: set[asyncio.Task[None]] = set()
+        self._wide: set[asyncio.Task[None]] = set()  # the space-wide ones among them
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.wakeup.start()
         try:
             while not stop.is_set():
-                free = self.concurrency - len(self._inflight)
-                claimed = await self._claim(free) if free > 0 else []
+                wide_free = self.concurrency - len(self._wide)
+                free = self.concurrency - (len(self._inflight) - len(self._wide))
+                claimed = await self._claim(free, wide_free) if free > 0 or wide_free > 0 else []
                 for unit in claimed:
                     task = asyncio.create_task(self._execute(unit))
                     self._inflight.add(task)
+                    if unit.stage in SPACE_WIDE:
+                        self._wide.add(task)
                     task.add_done_callback(self._finished)
                 # Sleep until new work is announced, a slot frees up, the poll interval passes or we stop.
                 stopping = asyncio.create_task(stop.wait())
@@ -387,11 +393,12 @@ class Worker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
+        self._wide.discard(task)
         self.wakeup.event.set()  # a slot is free
 
-    async def _claim(self, free: int) -> list[Claimed]:
+    async def _claim(self, free: int, wide_free: int) -> list[Claimed]:
         try:
-            return await self.queue.claim(free)
+            return await self.queue.claim(max(free, 0), space_wide=max(wide_free, 0))
         except Exception as exc:  # noqa: BLE001 - the database may be briefly away: retry later
             telemetry.access_log("worker.claim_failed", error=repr(exc))
             return []

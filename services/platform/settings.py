@@ -120,7 +120,9 @@ class Settings(BaseSettings):
     redaction_key: str | None = Field(default=None, description="Secret for keyed-hash redaction.")
 
     # --- pipeline -----------------------------------------------------------------
-    worker_concurrency: int = Field(default=4, ge=1, le=64, description="Units run at once per pipeline process.")
+    worker_concurrency: int = Field(default=4, ge=1, le=64,
+                                    description="Units run at once per pipeline process, and as many again of "
+                                                "the stages that queue on their space's lock.")
     pipeline_processes: int = Field(default=1, ge=1, le=32,
                                     description="Pipeline worker processes that `testament up` starts.")
     parse_process: bool = Field(default=True, description="Run the English parse of claims in a child process "

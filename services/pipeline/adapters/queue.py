@@ -73,25 +73,29 @@ class PgQueue:
         self.backoff_max_s = backoff_max_s
         self.max_attempts = max_attempts
 
-    async def claim(self, limit: int) -> list[Claimed]:
+    async def claim(self, limit: int, *, space_wide: int | None = None) -> list[Claimed]:
+        """Lease up to ``limit`` ready units, oldest first. With ``space_wide``, units of the
+        space-wide stages (which queue on their space's lock) have that budget of their own
+        and do not count against ``limit``; without it, one budget serves every stage."""
         await self._bury_poison()
+        ready = """((status IN ('pending', 'failed') AND defer_reason IS DISTINCT FROM 'no_route'
+                     AND not_before <= clock_timestamp())
+                 OR (status = 'running' AND lease_expires_at < clock_timestamp() AND attempts < max_attempts))"""
         rows = await self.db.fetch(
-            """WITH next AS (
-                   SELECT work_id FROM work_units
-                    WHERE ((status IN ('pending', 'failed') AND defer_reason IS DISTINCT FROM 'no_route'
-                            AND not_before <= clock_timestamp())
-                        OR (status = 'running' AND lease_expires_at < clock_timestamp()
-                            AND attempts < max_attempts))
-                    ORDER BY not_before, created_at
-                    LIMIT $1
-                    FOR UPDATE SKIP LOCKED)
+            f"""WITH other AS (
+                   SELECT work_id FROM work_units WHERE {ready} AND NOT (stage = ANY($4::text[]))
+                    ORDER BY not_before, created_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+                 wide AS (
+                   SELECT work_id FROM work_units WHERE {ready} AND stage = ANY($4::text[])
+                    ORDER BY not_before, created_at LIMIT $5 FOR UPDATE SKIP LOCKED)
                UPDATE work_units w
                   SET status = 'running', attempts = w.attempts + 1, lease_owner = $2,
                       lease_expires_at = clock_timestamp() + make_interval(secs => $3),
                       defer_reason = NULL, updated_at = clock_timestamp(), started_at = clock_timestamp()
-                 FROM next WHERE w.work_id = next.work_id
+                 FROM (SELECT work_id FROM other UNION ALL SELECT work_id FROM wide) next
+                WHERE w.work_id = next.work_id
              RETURNING w.work_id, w.space_id, w.version_id, w.stage, w.unit_key, w.attempts, w.max_attempts""",
-            limit, self.owner, self.lease_s,
+            limit, self.owner, self.lease_s, sorted(SPACE_WIDE) if space_wide is not None else [], space_wide or 0,
         )
         claimed = [Claimed(**dict(r)) for r in rows]
         converting = [c.version_id for c in claimed if c.stage == "convert"]

@@ -24,6 +24,7 @@ from services.pipeline.adapters.queue import Claimed, LeaseLost, PgQueue, Wakeup
 from services.pipeline.app import Done, Park, Worker
 from services.pipeline.domain.work import FAILURE_SENTENCES, StageFailure
 from services.platform.db import Database
+from services.platform.locks import lock_space
 from services.platform.stages import COMPONENT_VERSION, STAGE_NAMES
 
 BASE_S = 0.05
@@ -349,6 +350,35 @@ async def test_concurrent_claims_never_hand_out_a_unit_twice(db: Database, conn:
     assert len(claimed) == len(set(claimed)) == 120
     owners = await conn.fetch("SELECT lease_owner, count(*) AS n FROM work_units GROUP BY lease_owner")
     assert sum(r["n"] for r in owners) == 120 and all(r["lease_owner"] for r in owners)
+
+
+async def test_space_wide_units_have_a_budget_of_their_own(db: Database, conn: asyncpg.Connection) -> None:
+    await seed_version(conn, stage="reconcile", unit_keys=("a", "b"))
+    await seed_version(conn, stage="convert")
+    queue = make_queue(db)
+    (first,) = await queue.claim(1)  # one budget for every stage: the oldest
+    assert first.stage == "reconcile"
+    both = await queue.claim(1, space_wide=1)
+    assert sorted(u.stage for u in both) == ["convert", "reconcile"]
+    assert await queue.claim(1, space_wide=1) == []
+
+
+async def test_a_unit_waiting_on_its_space_lock_does_not_hold_the_only_slot(
+        db: Database, conn: asyncpg.Connection, fresh_dsn: str) -> None:
+    waiting = await seed_version(conn, stage="reconcile")
+    other = await seed_version(conn)  # convert, queued after it
+    holder = await asyncpg.connect(fresh_dsn)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await lock_space(holder, await default_space(conn))  # another version's fact stage, say
+        async with running(make_queue(db), ScriptedStages(), fresh_dsn, concurrency=1):
+            await eventually(unit_is(conn, other, "structure", *DONE), what="the other version to move on")
+            assert (await units(conn, waiting))[("reconcile", "")]["status"] == "running"
+            await tx.rollback()
+            await eventually(unit_is(conn, waiting, "reconcile", "succeeded"), what="the lock's release")
+    finally:
+        await holder.close()
 
 
 async def test_four_workers_run_every_unit_exactly_once(conn: asyncpg.Connection, fresh_dsn: str) -> None:
