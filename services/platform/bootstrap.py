@@ -43,7 +43,8 @@ def redacted_dsn(dsn: str) -> str:
     return f"{parts.scheme}://{parts.username or ''}@{host}:{parts.port or 5432}{parts.path}"
 
 
-async def open_database(settings: Settings, name: str) -> Database:
+async def open_database(settings: Settings, name: str, *, custom_plans: bool = True,
+                        max_size: int | None = None) -> Database:
     if not settings.database_url:
         raise StartupError(
             f"testament-{name}: TESTAMENT_DATABASE_URL (or DATABASE_URL) is not set; "
@@ -53,10 +54,11 @@ async def open_database(settings: Settings, name: str) -> Database:
         db = await Database.connect(
             settings.database_url,
             min_size=settings.db_pool_min,
-            max_size=settings.db_pool_max,
+            max_size=max_size or settings.db_pool_max,
             query_timeout_s=settings.db_query_timeout_s,
             connect_timeout_s=settings.db_connect_timeout_s,
             application_name=f"testament-{name}",
+            custom_plans=custom_plans,
         )
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         raise StartupError(

@@ -96,6 +96,7 @@ class Database:
         query_timeout_s: float = 10.0,
         connect_timeout_s: float = 5.0,
         application_name: str = "testament",
+        custom_plans: bool = True,
     ) -> Database:
         pool = await asyncpg.create_pool(
             dsn,
@@ -107,7 +108,10 @@ class Database:
             # The ACL predicates read "$n IS NULL OR acl && $n": a generic plan (which PostgreSQL
             # may pick for a prepared statement after five runs) cannot drop the branch that
             # does not apply and scans every space's documents (213 ms vs 26 ms measured).
-            server_settings={"application_name": application_name, "plan_cache_mode": "force_custom_plan"},
+            # ``custom_plans=False`` is for pools whose statements are key lookups and writes,
+            # run thousands of times: planning each run would be most of their cost.
+            server_settings={"application_name": application_name,
+                             "plan_cache_mode": "force_custom_plan" if custom_plans else "auto"},
         )
         assert pool is not None
         return cls(pool, query_timeout_s=query_timeout_s)
