@@ -346,9 +346,12 @@ class Stages:
         profile_vectors = (await self._call_embeddings(unit, source, [labels.profiles[e] for e in entity_ids])
                            if entity_ids else [])
 
+        by_entity = dict(zip(entity_ids, profile_vectors, strict=True))
+        neighbours = await self.facts.neighbourhood(source, labels, by_entity)
+
         async def write(conn: Any) -> None:
-            await self.facts.save_labels(conn, source, labels, fact_vectors,
-                                         dict(zip(entity_ids, profile_vectors, strict=True)), self.embeddings.model)
+            await self.facts.save_labels(conn, source, labels, fact_vectors, by_entity, self.embeddings.model,
+                                         neighbours)
 
         return Done(write)
 

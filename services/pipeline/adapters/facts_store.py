@@ -683,10 +683,12 @@ async def unchanged_profiles(conn: Any, space_id: uuid.UUID, profiles: dict[uuid
 
 
 async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles: dict[uuid.UUID, str],
-                        vectors: dict[uuid.UUID, list[float]], model: str, neighbours: Sequence[uuid.UUID]) -> None:
+                        vectors: dict[uuid.UUID, list[float]], model: str,
+                        neighbours: Mapping[uuid.UUID, Sequence[uuid.UUID]]) -> None:
     """Store these profiles with their vectors and lexical rows, unless one is already stored
-    so (another version wrote it since it was read); the neighbourhood of every entity in
-    ``neighbours`` is re-examined, since its aliases may have changed."""
+    so (another version wrote it since it was read); the touched entities' neighbourhoods
+    (read before the lock, :func:`merges.neighbourhood`) are judged for merges, since their
+    aliases and profiles may have changed."""
     models = {e: model if vectors.get(e) else None for e in profiles}  # what each profile is stored under
     same = await unchanged_profiles(conn, space_id, profiles, models)
     changed = {e: t for e, t in profiles.items() if e not in same}
@@ -697,7 +699,7 @@ async def save_profiles(conn: asyncpg.Connection, space_id: uuid.UUID, profiles:
           len(vectors[e]) if vectors.get(e) else None, models[e]) for e, text in changed.items()])
     await index_text(conn, space_id, "entity", [(e, None, t) for e, t in changed.items()])
     # A refreshed profile re-examines its neighbourhood: proposals only, never applied.
-    await merges.propose_neighbours(conn, space_id, list(neighbours))
+    await merges.record_neighbourhood(conn, space_id, neighbours)
 
 
 def now() -> dt.datetime:

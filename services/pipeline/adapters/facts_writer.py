@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from services.pipeline.adapters import crossrefs, reresolution
+from services.pipeline.adapters import crossrefs, merges, reresolution
 from services.pipeline.adapters import facts_store as fs
 from services.pipeline.adapters.store import VersionSource, derived_id
 from services.pipeline.domain.adjudicate import Incoming, decide
@@ -245,14 +245,21 @@ class FactsWriter:
         return Labels([f for f in facts if f["needs_vector"]],
                       {e: t for e, t in profiles.items() if e not in same}, entities)
 
+    async def neighbourhood(self, source: VersionSource, labels: Labels,
+                            profile_vectors: dict[uuid.UUID, list[float]]) -> dict[uuid.UUID, list[uuid.UUID]]:
+        """Whom each touched entity is compared with for merges, searched before the space lock
+        (the search is most of the proposals' cost), with the profile vectors about to be stored."""
+        return await merges.neighbourhood(self.db, source.space_id, labels.entities,
+                                          {e: profile_vectors.get(e) or None for e in labels.profiles})
+
     async def save_labels(self, conn: asyncpg.Connection, source: VersionSource, labels: Labels,
                           vectors: list[list[float]], profile_vectors: dict[uuid.UUID, list[float]],
-                          model: str) -> None:
+                          model: str, neighbours: dict[uuid.UUID, list[uuid.UUID]]) -> None:
         """Write the labels' and profiles' vectors and lexical rows. A fact or profile already
         stored with its vector is not rewritten (a row version, a graph entry and its postings
         again, for nothing): most facts a new version touches were embedded before."""
         await fs.save_label_vectors(conn, source.space_id, labels.facts, vectors, model)
-        await fs.save_profiles(conn, source.space_id, labels.profiles, profile_vectors, model, labels.entities)
+        await fs.save_profiles(conn, source.space_id, labels.profiles, profile_vectors, model, neighbours)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +153,19 @@ async def propose_group(conn: Any, space_id: uuid.UUID, members: Collection[uuid
 
 async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
     """Re-examine the neighbourhood of each entity (aliases by trigram, profiles by cosine)."""
-    if not entity_ids:
-        return []
+    return await record_neighbourhood(conn, space_id, await neighbourhood(conn, space_id, entity_ids))
+
+
+async def neighbourhood(conn: Any, space_id: uuid.UUID, entity_ids: Sequence[uuid.UUID],
+                        profiles: Mapping[uuid.UUID, Sequence[float] | None] | None = None,
+                        ) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """Each entity's nearest others by alias (trigram) and by profile (cosine). Reads only, so
+    it may run outside the space lock; ``profiles`` are vectors about to be stored, searched
+    in place of the stored ones (None: the profile will have no vector)."""
+    profiles = profiles or {}
     neighbours: dict[uuid.UUID, list[uuid.UUID]] = {e: [] for e in entity_ids}
+    if not entity_ids:
+        return neighbours
     rows = await conn.fetch(
         """SELECT seed, other FROM (
                SELECT a1.entity_id AS seed, a2.entity_id AS other,
@@ -171,10 +181,11 @@ async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequenc
             WHERE n <= $3""", space_id, list(entity_ids), NEIGHBOURS * 2)
     for r in rows:
         neighbours[r["seed"]].append(r["other"])
+    stored = [e for e in entity_ids if e not in profiles]
     dims = [r[0] for r in await conn.fetch(
         """SELECT DISTINCT profile_dim FROM entities
             WHERE entity_id = ANY($1::uuid[]) AND profile_dim IS NOT NULL AND merged_into IS NULL""",
-        list(entity_ids))]
+        stored)] if stored else []
     for dim in dims:
         dim = int(dim)  # a literal, so the partial HNSW index applies
         rows = await conn.fetch(
@@ -187,10 +198,29 @@ async def propose_neighbours(conn: Any, space_id: uuid.UUID, entity_ids: Sequenc
                        ORDER BY e.profile_embedding::vector({dim}) <=> s.profile_embedding::vector({dim})
                        LIMIT $3) n
                  WHERE s.space_id = $1 AND s.entity_id = ANY($2::uuid[]) AND s.profile_dim = {dim}
-                   AND s.profile_embedding IS NOT NULL""", space_id, list(entity_ids), NEIGHBOURS)
+                   AND s.profile_embedding IS NOT NULL""", space_id, stored, NEIGHBOURS)
         for r in rows:
             neighbours[r["seed"]].append(r["other"])
-    involved = {e for e in entity_ids} | {o for others in neighbours.values() for o in others}
+    for seed, vector in profiles.items():
+        if vector is None or seed not in neighbours:
+            continue
+        dim = len(vector)
+        neighbours[seed] += [r[0] for r in await conn.fetch(
+            f"""SELECT e.entity_id FROM entities e
+                 WHERE e.space_id = $1 AND e.profile_dim = {dim} AND e.merged_into IS NULL
+                   AND e.entity_id <> $2 AND e.profile_embedding IS NOT NULL
+                 ORDER BY e.profile_embedding::vector({dim}) <=> $3::vector({dim})
+                 LIMIT $4""", space_id, seed, np.asarray(vector, dtype=np.float32), NEIGHBOURS)]
+    return neighbours
+
+
+async def record_neighbourhood(conn: Any, space_id: uuid.UUID,
+                               neighbours: Mapping[uuid.UUID, Sequence[uuid.UUID]]) -> list[uuid.UUID]:
+    """Propose the merges a neighbourhood qualifies for, judged on the entities as they are now
+    (under the space lock): one read outside it only chose whom to compare."""
+    if not neighbours:
+        return []
+    involved = set(neighbours) | {o for others in neighbours.values() for o in others}
     members = await _members(conn, space_id, involved)
     groups = [(seed, list(dict.fromkeys(others))) for seed, others in neighbours.items() if others]
     return await _record(conn, space_id, groups, members)

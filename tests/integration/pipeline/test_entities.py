@@ -289,6 +289,25 @@ async def test_an_ambiguous_mention_records_one_proposal_never_applied(db: Datab
                                    s.space_id) == 0
 
 
+async def test_a_neighbourhood_searched_with_the_vector_about_to_be_stored_is_the_stored_ones(db: Database) -> None:
+    # The label stage searches before the space lock, with the profile vectors it will store.
+    async with db.transaction() as conn:
+        s = await new_space(conn)
+        a, b = await duplicates(conn, s)
+        c = await add_entity(conn, s, "Ravi", profile="Ravi. Ravi leads billing migration")
+        await add_entity(conn, s, "Mona Ortiz", profile="Mona Ortiz. Mona Ortiz runs the depot")
+        stored = await merges.neighbourhood(conn, s.space_id, [a, c])
+        vectors = {c: HASH.embed_one("Ravi. Ravi leads billing migration"), a: None}
+        given = await merges.neighbourhood(conn, s.space_id, [a, c], vectors)
+        assert sorted(given[c]) == sorted(stored[c]) and b in given[c]
+        assert set(given[a]) <= set(stored[a])  # a profile stored without a vector: aliases only
+        made = await merges.record_neighbourhood(conn, s.space_id, given)
+        rows = await conn.fetch("SELECT survivor_id, absorbed_id FROM merge_proposals WHERE space_id = $1",
+                                s.space_id)
+        assert len(made) == len(rows) == 2 and {(r["survivor_id"], r["absorbed_id"]) for r in rows} == {(a, b), (a, c)}
+        assert await merges.record_neighbourhood(conn, s.space_id, stored) == []  # the same pairs: nothing new
+
+
 async def test_profile_refresh_groups_around_the_survivor_without_chaining(db: Database) -> None:
     async with db.transaction() as conn:
         s = await new_space(conn)

@@ -96,9 +96,10 @@ async def stage(db: Database, source: VersionSource, name: str) -> None:
         labels = await writer.labels_to_embed(source, HASH.model)
         vectors = [HASH.embed_one(f["label"]) for f in labels.facts]
         profile_vectors = {e: HASH.embed_one(t) for e, t in labels.profiles.items()}
+        neighbours = await writer.neighbourhood(source, labels, profile_vectors)  # as the stage: before the lock
         async with db.transaction() as conn:
             await lock_space(conn, source.space_id)
-            await writer.save_labels(conn, source, labels, vectors, profile_vectors, HASH.model)
+            await writer.save_labels(conn, source, labels, vectors, profile_vectors, HASH.model, neighbours)
         return
     async with db.transaction() as conn:
         await lock_space(conn, source.space_id)
@@ -311,7 +312,7 @@ async def test_a_label_changed_after_it_was_read_keeps_no_stale_vector(db: Datab
     async with db.transaction() as conn:
         await lock_space(conn, space_id)
         await conn.execute("UPDATE facts SET label = label || ' renamed' WHERE fact_id = $1", fact["fact_id"])
-        await writer.save_labels(conn, source, labels, [HASH.embed_one(fact["label"])], {}, HASH.model)
+        await writer.save_labels(conn, source, labels, [HASH.embed_one(fact["label"])], {}, HASH.model, {})
     async with db.acquire() as conn:
         assert await conn.fetchval("SELECT embedding IS NULL FROM facts WHERE fact_id = $1", fact["fact_id"])
     assert [f["label"] for f in (await writer.labels_to_embed(source, HASH.model)).facts] == \
