@@ -401,7 +401,7 @@ class Worker:
 
     async def _claim(self, free: int, wide_free: int) -> list[Claimed]:
         try:
-            return await self.queue.claim(max(free, 0), space_wide=max(wide_free, 0))
+            return await self.queue.claim(free, space_wide=wide_free)
         except Exception as exc:  # noqa: BLE001 - the database may be briefly away: retry later
             telemetry.access_log("worker.claim_failed", error=repr(exc))
             return []

@@ -201,16 +201,24 @@ async def neighbourhood(conn: Any, space_id: uuid.UUID, entity_ids: Sequence[uui
                    AND s.profile_embedding IS NOT NULL""", space_id, stored, NEIGHBOURS)
         for r in rows:
             neighbours[r["seed"]].append(r["other"])
+    given: dict[int, list[tuple[uuid.UUID, Sequence[float]]]] = {}  # by dimension
     for seed, vector in profiles.items():
-        if vector is None or seed not in neighbours:
-            continue
-        dim = len(vector)
-        neighbours[seed] += [r[0] for r in await conn.fetch(
-            f"""SELECT e.entity_id FROM entities e
-                 WHERE e.space_id = $1 AND e.profile_dim = {dim} AND e.merged_into IS NULL
-                   AND e.entity_id <> $2 AND e.profile_embedding IS NOT NULL
-                 ORDER BY e.profile_embedding::vector({dim}) <=> $3::vector({dim})
-                 LIMIT $4""", space_id, seed, np.asarray(vector, dtype=np.float32), NEIGHBOURS)]
+        if vector is not None and seed in neighbours:
+            given.setdefault(len(vector), []).append((seed, vector))
+    for dim, seeds in given.items():
+        rows = await conn.fetch(  # vectors as text: asyncpg has no codec for an array of vectors
+            f"""SELECT s.seed, n.entity_id AS other
+                  FROM unnest($2::uuid[], $3::text[]) AS s(seed, vector)
+                  CROSS JOIN LATERAL (
+                      SELECT e.entity_id FROM entities e
+                       WHERE e.space_id = $1 AND e.profile_dim = {dim} AND e.merged_into IS NULL
+                         AND e.entity_id <> s.seed AND e.profile_embedding IS NOT NULL
+                       ORDER BY e.profile_embedding::vector({dim}) <=> s.vector::vector({dim})
+                       LIMIT $4) n""",
+            space_id, [seed for seed, _ in seeds],
+            ["[" + ",".join(format(float(x), ".9g") for x in vector) + "]" for _, vector in seeds], NEIGHBOURS)
+        for r in rows:
+            neighbours[r["seed"]].append(r["other"])
     return neighbours
 
 

@@ -381,7 +381,7 @@ async def test_a_unit_waiting_on_its_space_lock_does_not_hold_the_only_slot(
         await holder.close()
 
 
-async def test_the_units_pool_keeps_plans_the_default_pool_plans_each_run(fresh_dsn: str) -> None:
+async def test_a_pool_without_custom_plans_keeps_the_plan_cache(fresh_dsn: str) -> None:
     # The read path's "$n IS NULL OR …" predicates need custom plans; the units' key lookups and
     # writes do not, and planning them on every run was a fifth of an ingest's database CPU.
     for custom, expected in ((True, "force_custom_plan"), (False, "auto")):
