@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -386,7 +386,8 @@ class Gateway:
     async def upload(self, request: Request, match: Match) -> Response:
         """POST /ingest: query string → UploadOptions, headers → attribution, body → chunks."""
         route = match.route
-        request_cls = route.request_class()
+        # Called with its fields, which types-protobuf's Message (from 7.35.1.20261122) no longer admits.
+        request_cls = cast(Callable[..., Message], route.request_class())
         options = getattr(request_cls(), "options").__class__()  # noqa: B009 - the class is typed Message
         query = {key: request.query_params.getlist(key) for key in request.query_params
                  if key not in _HEADER_ONLY_OPTIONS}
