@@ -333,10 +333,15 @@ def _is_personish(token: Any) -> bool:
     pipeline tags many first names ORG)."""
     if _is_person(token):
         return True
-    proper = token.pos_ == "PROPN" or (token.text[:1].isupper() and token.pos_ == "NOUN"
-                                       and not any(c.dep_ == "det" for c in token.children))
+    # A capitalised common noun is a name the tagger missed, unless the capital is the
+    # sentence's and the noun a plural ("Rehearsals moved …") or the noun is somebody's ("the
+    # robot's control PC").
+    proper = token.pos_ == "PROPN" or (
+        token.text[:1].isupper() and token.pos_ == "NOUN" and not (token.is_sent_start and token.tag_ == "NNS")
+        and not any(c.dep_ in ("det", "poss") for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
-        t.lower_ in ORG_WORDS for t in token.subtree)
+        t.lower_ in ORG_WORDS for t in token.subtree) and not any(
+        c.dep_ == "poss" and c.pos_ == "NOUN" for c in token.children)  # "the kiosk's spare POS"
 
 
 def _is_person_named(token: Any) -> bool:
@@ -1174,12 +1179,18 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # cloud it moves to is where it is hosted)
             return _rel(subjects, "uses", _np_text(destination), succession, text,
                         previous=_np_text(source) if source is not None else None)
-        if _is_place(destination):
-            predicate = "located_in"
+        if _is_place(destination) or destination.lemma_.lower() in _PLACE_HEADS:
+            predicate = "located_in"  # to Leeds, to the third floor, to the stock room
         elif _is_personish(mover) and not _names_a_system(mover):
             # ("the council tax portal", its head tagged a proper noun, is no person)
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
                 t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
+        elif source is not None and all(t.pos_ == "PROPN" and not _is_locative(t) and not any(
+                w.lower_ in _HOSTING_PROVIDERS for w in t.subtree) for t in (source, destination)) \
+                and not _is_locative(mover):
+            # "art outsourcing moved from Kinetic Art to Lumen Studio": an activity changes
+            # supplier (a depot or an office that moves between names moves between places)
+            return _rel(subjects, "uses", _np_text(destination), succession, text, previous=_np_text(source))
         else:
             predicate = "located_in"
         product = (destination.pos_ == "PROPN" or destination.ent_type_ in ("ORG", "PRODUCT")) \
@@ -1317,9 +1328,16 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     del key
     platform = _non_time(c.preps.get("on"))
     # "runs on" a name is a platform even when the small model tags the name a place
-    if base == "run" and not c.objects and platform is not None and _is_bare_name(platform) \
+    if base == "run" and not c.objects and platform is not None and (_is_bare_name(platform) or (
+            platform.ent_type_ in ("ORG", "PRODUCT") and platform.text[:1].isupper() and not _is_place(platform)
+            and not any(t.dep_ in ("det", "poss") for t in platform.children))) \
             and c.subjects and not _is_person_named(c.subjects[0]):
         return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
+    if base == "take" and len(c.objects) == 1 and c.objects[0].lower_ == "place" and not c.passive \
+            and not any(t.dep_ in ("det", "poss", "amod") for t in c.objects[0].children):
+        # "rehearsals take place at the Corn Exchange": where the thing happens
+        place = _non_time(c.preps.get("at") or c.preps.get("in"))
+        return _rel(subjects, "located_in", _np_text(place), change, text) if place is not None else None
     if base in _LOCATION_VERBS and not c.objects:
         place = _non_time(c.preps.get("in") or c.preps.get("at") or c.preps.get("on"))
         thing = c.subjects[0] if c.subjects else None

@@ -464,9 +464,24 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("Kwame Osei was appointed to run the tasting room.", ("Kwame Osei", "other:leads", "tasting room")),
     # a particle after the object; a name the small model tags a date
     ("Wendell took the night rota back from Iris Kahn.", ("Wendell", "other:leads", "night rota")),
+    # a plural that starts its sentence, and somebody's capitalised noun, are things, not people
+    ("Deliveries moved to the loading dock behind Unit 7.", ("Deliveries", "located_in", "loading dock")),
+    ("The clinic's booking PC runs on Windows 11.", ("clinic's booking PC", "uses", "Windows 11")),
+    ("Last week the kiosk's spare POS was moved to the stock room.", ("kiosk's spare POS", "located_in", "stock room")),
+    # an activity that moves between two named suppliers uses the new one; a depot moves between places
+    ("Our card printing moved from Inkwell Press to Redleaf Print.", ("card printing", "uses", "Redleaf Print")),
+    ("The depot moved from Tarnowo to Baranowo.", ("depot", "located_in", "Baranowo")),
+    # "runs on" a product name the tagger took for a common noun
+    ("The contract review runs on Kira.", ("contract review", "uses", "Kira")),
+    # where a thing takes place is where it is
+    ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
 def test_general_readings(text: str, expected: tuple[str, str, str]) -> None:
     assert expected in _relations(text), read(text)
+
+
+def test_taking_ones_place_is_no_place() -> None:
+    assert not {r for r in _relations("Noor took her place at the head of the table.") if r[1] == "located_in"}
 
 
 def test_a_participle_names_the_previous_holder() -> None:
