@@ -691,6 +691,7 @@ def read(text: str) -> list[Reading]:
         # clause's time, not the main clause's (and a date only the main clause has is not the
         # relative clause's)
         main_undated = bool(dates) and bool(relative) and all(any(a <= s < b for a, b in relative) for s, _ in dates)
+        root_undated = _dated_only_in_conjuncts(sentence, root, heads)
         for token in sentence:
             # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
             if token.dep_ == "appos" and _is_personish(token.head):
@@ -745,7 +746,7 @@ def read(text: str) -> list[Reading]:
                         if r.kind == "relation" and r.previous_holder is None and r.change in ("none", "succession")
                         else r
                         for r in main]
-            if main_undated:
+            if main_undated or (head is root and root_undated):
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             successor = _elliptical_holder(clause)
@@ -762,6 +763,19 @@ def read(text: str) -> list[Reading]:
                 out.append(reading)
             extra = []
     return out if compound is None else [_unhyphenated(r, compound[1], compound[2]) for r in out]
+
+
+def _dated_only_in_conjuncts(sentence: Any, root: Any, heads: list[Any]) -> bool:
+    """Whether every date of a sentence of conjoined verbs lies inside a later conjunct: "is
+    owned by Colm and was last revised in May 2026" dates the revision, not the ownership. A
+    date of the first verb carries on to the verbs after it ("approved the funding on 11 May,
+    so Project Wren is active again")."""
+    spans = [(h.left_edge.idx - sentence.start_char, h.right_edge.idx + len(h.right_edge) - sentence.start_char)
+             for h in heads if h.dep_ == "conj" and h.head.i == root.i]
+    if not spans:
+        return False
+    dates = [e.start for e in timeparse.find_time_expressions(sentence.text, None)]
+    return bool(dates) and all(any(a <= d < b for a, b in spans) for d in dates)
 
 
 def _elliptical_holder(c: _Clause) -> tuple[str, str | None] | None:

@@ -484,6 +484,17 @@ def test_taking_ones_place_is_no_place() -> None:
     assert not {r for r in _relations("Noor took her place at the head of the table.") if r[1] == "located_in"}
 
 
+def test_a_date_inside_a_later_conjunct_is_only_that_conjuncts() -> None:
+    """A date of the first verb carries on to the verbs after it; one said only in a later
+    conjunct does not date the first."""
+    owns = one("The tender file is owned by Odile Brun and was last updated on 2 March 2026.",
+               valid_from=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
+    assert (owns.predicate, owns.features.get("undated")) == ("other:owns", True)
+    found, _ = drafts("Noor passed the audit rota to Ilse Berg on 4 May 2026 and now leads payroll.",
+                      valid_from=dt.datetime(2026, 5, 4, tzinfo=dt.UTC))
+    assert not any(d.features.get("undated") for d in found)
+
+
 def test_a_participle_names_the_previous_holder() -> None:
     (r,) = [r for r in read("Ruth has run the help desk since May, replacing Colm Daly.") if r.kind == "relation"]
     assert (r.subject, r.predicate, r.object, r.change, r.previous_holder) == (
