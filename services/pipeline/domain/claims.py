@@ -804,7 +804,11 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
         at_line_end = k < len(document) and document[k] == "\n"
         return at_line_end and word.lower() not in ("dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "mt.")
     if re.fullmatch(r"[A-Z]\.", word):
-        return False  # an initial: "Ravi S. owns ..."
+        # an initial: "Ravi S. owns ..."; but a name's last letter ("hosted in Building C.")
+        # before a word that starts sentences, not surnames ("The vendor says …"), ends one
+        following_word = re.match(r"[\w’']+", document[index + 1:].lstrip())
+        return following_word is not None and following_word.group() in _CAPITALISED_STOP \
+            and following_word.group().lower() in _FUNCTION_WORDS
     return re.fullmatch(r"(?:[A-Za-z]\.){2,}", word) is None
 
 

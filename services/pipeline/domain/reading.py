@@ -421,8 +421,11 @@ class _Clause:
 
 
 def _contrasted(prep: Any) -> bool:
-    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside."""
-    return any(c.dep_ == "neg" for c in prep.children)
+    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside.
+    The "not" goes before it; one the parser hung on the phrase before ("located in Komorniki,
+    not in Poznań" with "not" under the first "in") sets aside the phrase after."""
+    return any(c.dep_ == "neg" and c.i < prep.i for c in prep.children) or (
+        prep.i > 0 and prep.doc[prep.i - 1].lower_ == "not" and prep.doc[prep.i - 1].head.i != prep.head.i)
 
 
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:

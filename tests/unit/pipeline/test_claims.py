@@ -271,6 +271,14 @@ def test_sentence_segmentation_keeps_abbreviations_together() -> None:
     assert claims[0].valid_precision == "unknown"  # "Q2" with no date to give it a year
 
 
+def test_a_name_ending_in_a_capital_letter_closes_its_sentence() -> None:
+    document = "The spare router is kept in Hut B. The courier says it arrives on Monday. Lena B. Holt owns the router."
+    claims, _ = run(document, asserted_at=None)
+    assert [c.source_span for c in claims][:2] == ["The spare router is kept in Hut B.",
+                                                   "The courier says it arrives on Monday."]
+    assert "Lena B. Holt owns the router." in [c.source_span for c in claims]
+
+
 def test_conjunction_split_gives_each_part_its_own_span() -> None:
     document = "Ravi owns the exporter and Dana leads billing. Ravi and Dana own the importer."
     claims, _ = run(document)

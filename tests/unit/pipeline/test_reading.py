@@ -473,11 +473,18 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("The depot moved from Tarnowo to Baranowo.", ("depot", "located_in", "Baranowo")),
     # "runs on" a product name the tagger took for a common noun
     ("The contract review runs on Kira.", ("contract review", "uses", "Kira")),
+    # the alternative set aside after "not", wherever the parser hangs the "not"
+    ("The seed bank is kept in Wakehurst, not in Kew itself.", ("seed bank", "located_in", "Wakehurst")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
 def test_general_readings(text: str, expected: tuple[str, str, str]) -> None:
     assert expected in _relations(text), read(text)
+
+
+def test_the_alternative_after_not_is_never_the_place() -> None:
+    found = _relations("The seed bank is kept in Wakehurst, not in Kew itself.")
+    assert ("seed bank", "located_in", "Kew") not in found
 
 
 def test_taking_ones_place_is_no_place() -> None:
