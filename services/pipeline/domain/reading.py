@@ -70,6 +70,8 @@ _PASSIVE_AGENT = {"own": "other:owns", "lead": "other:leads", "manage": "other:l
                   "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads",
                   "oversee": "other:leads", "coordinate": "other:leads"}
 _LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside".split())
+# those of them that only ever put a thing somewhere physical
+_PLACED_VERBS = frozenset("locate base live house place sit reside".split())
 _ROLE_NOUNS = {
     "owner": "other:owns", "maintainer": "other:owns", "lead": "other:leads", "leader": "other:leads",
     "head": "other:leads", "manager": "other:leads", "director": "other:leads", "chair": "other:leads",
@@ -1272,8 +1274,10 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             places = [t for t in c.preps.get("in") or c.preps.get("at") or c.preps.get("on") or (
                 c.preps.get("to") or c.preps.get("onto") if base in ("deploy", "move", "migrate", "ship") else None)
                 or [] if not _is_time(t)]  # "is deployed to AWS eu-west-1"
-            # "deployed to the notification service": a system is not a place
-            places = [p for p in places if _is_place(p) or p.lemma_.lower() not in _THING_HEADS]
+            # "deployed to the notification service": a system is not a place (but what is
+            # "located in the Saltmarsh Quay site" is on a site, not a website)
+            places = [p for p in places if _is_place(p) or p.lemma_.lower() not in _THING_HEADS
+                      or base in _PLACED_VERBS]
             readings = [r for p in places for r in _rel(subjects, "located_in", _np_text(p), change, text) or []]
             if readings:
                 return readings

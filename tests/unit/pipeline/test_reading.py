@@ -475,6 +475,8 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("The contract review runs on Kira.", ("contract review", "uses", "Kira")),
     # the alternative set aside after "not", wherever the parser hangs the "not"
     ("The seed bank is kept in Wakehurst, not in Kew itself.", ("seed bank", "located_in", "Wakehurst")),
+    # a site one is located on is a place (a system one is deployed to is not)
+    ("The tool store is based at the Harrow Lane site.", ("tool store", "located_in", "Harrow Lane site")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
