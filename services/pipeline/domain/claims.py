@@ -155,7 +155,10 @@ _SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:
 
 def _is_fragment(doc: object) -> bool:
     """No predicate in the parse: no verb, and no noun-tagged word in a verb's place (the
-    small pipeline tags "moves" in "the launch moves to October" as a plural noun)."""
+    small pipeline tags "moves" in "the launch moves to October" as a plural noun, and
+    "report" in "ski school staff report to Heike" as the compound's head)."""
+    from services.pipeline.domain.reading import is_prepositional_verb
+
     tokens = list(doc)  # type: ignore[call-overload]
     if any(t.pos_ in ("VERB", "AUX") or t.tag_.startswith("VB") or t.tag_ == "MD" for t in tokens):
         return False
@@ -163,6 +166,8 @@ def _is_fragment(doc: object) -> bool:
         word, before, after = tokens[index], tokens[index - 1], tokens[index + 1]
         if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN", "NUM")
                 and (after.pos_ in ("ADP", "DET", "NUM", "PART", "ADV") or after.ent_type_ in ("DATE", "TIME"))):
+            return False
+        if before.pos_ in ("NOUN", "PROPN") and is_prepositional_verb(word.lower_, after.lower_):
             return False
     return True
 

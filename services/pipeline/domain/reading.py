@@ -123,6 +123,8 @@ write state suggest""".split())
 # migration moves …" parsed with "moves" as the object); "tell finance" is not
 _SPEECH_ONLY = frozenset("say claim".split())
 _PARTICLES = frozenset("down over up off back out away forward on in".split())
+# verbs whose complement the speaker takes as known ("noted that", "confirmed that")
+_FACTIVE = frozenset("note confirm announce notice realise realize discover acknowledge".split())
 _THINK = frozenset("think believe feel guess reckon suspect doubt fear hope worry".split())
 _PLAN_VERBS = frozenset("plan intend aim hope want mean expect propose".split())
 _HYPO_AUX = frozenset("would could might may should must ought".split())
@@ -860,6 +862,12 @@ def _garden_path_copula(sentence: Any) -> Reading | None:
     return _attr(name, None, _value_of(value), "none", sentence.text.strip(), state=True)
 
 
+def is_prepositional_verb(word: str, following: str) -> bool:
+    """Whether a word and the one after it are one of the vocabulary's verbs with its
+    preposition ("report to", "work on"), whatever the tagger made of the word."""
+    return (word, following) in _PREP_VERB_PREDICATES
+
+
 def _verb_read_as_noun(text: str, doc: Any) -> str | None:
     """The small pipeline tags a present-tense verb after a noun compound as a plural noun ("the
     search API runs in Frankfurt", "the price increases from …") and leaves the sentence without a
@@ -888,6 +896,10 @@ def _verb_read_as_noun(text: str, doc: Any) -> str | None:
                     and doc[t.i - 1].pos_ in ("NOUN", "PROPN") and t.i + 1 < sentence.end
                     and doc[t.i + 1].pos_ in ("ADP", "DET", "NUM", "ADV", "PART", "PROPN")):
                 return f"{text[:t.idx]}does {t.lemma_.lower()}{text[t.idx + len(t.text):]}"
+            if (t.tag_ == "NN" and t.i > sentence.start and doc[t.i - 1].pos_ in ("NOUN", "PROPN")
+                    and t.i + 1 < sentence.end and is_prepositional_verb(t.lower_, doc[t.i + 1].lower_)):
+                # "ski school staff report to Heike": a plural's verb read as the compound's head
+                return f"{text[:t.idx]}do {t.lower_}{text[t.idx + len(t.text):]}"
     return None
 
 
@@ -947,6 +959,11 @@ def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Rea
             t.lower_ in ("please", "do", "don't", "not", "n't", "never", "always", "just") or t.is_punct
             for t in c.head.doc[c.head.sent.start:c.head.i]):
         return [Reading("nonfact", mood="advice", label=text)]  # "Please do not book conferences …"
+    # "The Committee noted that the shop is run by …": a verb that takes its complement as
+    # known states the complement (minutes and reports record facts this way)
+    if c.subjects and base in _FACTIVE and c.ccomp is not None and not c.negated and c.modal is None \
+            and any(t.dep_ in ("nsubj", "nsubjpass") for t in c.ccomp.children):
+        return _read_clause(_clause(c.ccomp, []), sentence, former=former)
     # "X said (that) ...": the holder's stance
     if c.subjects and (base in _SAY and (c.ccomp is not None or c.xcomp is not None)
                        or base in _SPEECH_ONLY and c.objects):

@@ -279,6 +279,11 @@ def test_a_name_ending_in_a_capital_letter_closes_its_sentence() -> None:
     assert "Lena B. Holt owns the router." in [c.source_span for c in claims]
 
 
+def test_a_clause_after_a_semicolon_whose_verb_the_tagger_took_for_a_noun_is_a_claim() -> None:
+    claims, _ = run("Cleaners report to Dev Mehta; site security staff report to Anouk Visser.", asserted_at=None)
+    assert len(claims) == 2 and "Anouk Visser" in claims[1].claim_text
+
+
 def test_conjunction_split_gives_each_part_its_own_span() -> None:
     document = "Ravi owns the exporter and Dana leads billing. Ravi and Dana own the importer."
     claims, _ = run(document)

@@ -477,6 +477,11 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("The seed bank is kept in Wakehurst, not in Kew itself.", ("seed bank", "located_in", "Wakehurst")),
     # a site one is located on is a place (a system one is deployed to is not)
     ("The tool store is based at the Harrow Lane site.", ("tool store", "located_in", "Harrow Lane site")),
+    # a verb that takes its complement as known states it; a plural's verb read as a noun
+    ("The board noted that the tuck shop is run by Hartwell Catering.",
+     ("Hartwell Catering", "other:leads", "tuck shop")),
+    ("Night porters report to Colette Ames.", ("Night porters", "reports_to", "Colette Ames")),
+    ("Field survey crews work on the Tamar crossing.", ("Field survey crews", "works_on", "Tamar crossing")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
@@ -487,6 +492,11 @@ def test_general_readings(text: str, expected: tuple[str, str, str]) -> None:
 def test_the_alternative_after_not_is_never_the_place() -> None:
     found = _relations("The seed bank is kept in Wakehurst, not in Kew itself.")
     assert ("seed bank", "located_in", "Kew") not in found
+
+
+def test_said_or_denied_is_still_only_reported() -> None:
+    assert not _relations("Gil said that the tuck shop is run by Hartwell Catering.")
+    assert not _relations("Gil did not confirm that the tuck shop is run by Hartwell Catering.")
 
 
 def test_taking_ones_place_is_no_place() -> None:
