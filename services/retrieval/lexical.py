@@ -67,7 +67,7 @@ def essential_terms(df: dict[str, int]) -> list[str] | None:
     rare lists hold most of the postings anyway."""
     present = {t: n for t, n in df.items() if n}
     total = sum(present.values())
-    if total < MAXSCORE_MIN:
+    if not present or total < MAXSCORE_MIN:  # (no term has a posting: nothing to read)
         return None
     shortest = min(present.values())
     essential = sorted(t for t, n in present.items() if n <= MAXSCORE_RATIO * shortest)

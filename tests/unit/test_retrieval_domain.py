@@ -141,3 +141,13 @@ def test_facts_fuse_by_the_same_machinery_and_a_named_entity_lifts_its_facts() -
     assert lifted[0].item_id == c and lifted[0].signals["entity"] > 0
     for fused in lifted:
         assert abs(sum(fused.signals.values()) - fused.score) < 1e-12  # the ranking shows every share
+
+
+def test_maxscore_is_not_planned_for_terms_without_postings(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A question whose every term is absent from the space has nothing to read: no plan, not
+    a crash, even with the posting floor lowered as the equivalence tests lower it."""
+    from services.retrieval import lexical
+
+    monkeypatch.setattr(lexical, "MAXSCORE_MIN", 0)
+    assert lexical.essential_terms({"ember": 0, "quartz": 0}) is None
+    assert lexical.essential_terms({}) is None
