@@ -69,7 +69,7 @@ _PASSIVE_AGENT = {"own": "other:owns", "lead": "other:leads", "manage": "other:l
                   "build": "created", "create": "created", "write": "authored", "develop": "created",
                   "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads",
                   "oversee": "other:leads", "coordinate": "other:leads"}
-_LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside".split())
+_LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside hold".split())
 # those of them that only ever put a thing somewhere physical
 _PLACED_VERBS = frozenset("locate base live house place sit reside".split())
 _ROLE_NOUNS = {
@@ -1364,7 +1364,18 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             if readings:
                 return readings
     del key
-    platform = _non_time(c.preps.get("on"))
+    if base in ("stay", "remain") and not c.objects and not c.negated:
+        # "the paper lab stays in the main building", "Ravi stays on the billing team": a state
+        # that goes on
+        place = _non_time(c.preps.get("in") or c.preps.get("at"))
+        if place is not None and (_is_locative(place) or place.pos_ == "PROPN" and not _is_personish(place)):
+            return _rel(subjects, "located_in", _np_text(place), change, text)
+        group = _non_time(c.preps.get("on") or c.preps.get("with"))
+        if group is not None and (_is_group(group) or group.lemma_.lower() in _LED_HEADS) and c.subjects \
+                and _is_personish(c.subjects[0]):
+            return _rel(subjects, _membership(group), _np_text(group), change, text)
+        return None
+    platform = _non_time(c.preps.get("on") or c.preps.get("through") or c.preps.get("via"))
     # "runs on" a name is a platform even when the small model tags the name a place
     if base == "run" and not c.objects and platform is not None and (_is_bare_name(platform) or (
             platform.ent_type_ in ("ORG", "PRODUCT") and platform.text[:1].isupper() and not _is_place(platform)

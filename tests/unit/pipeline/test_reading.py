@@ -482,6 +482,10 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
      ("Hartwell Catering", "other:leads", "tuck shop")),
     ("Night porters report to Colette Ames.", ("Night porters", "reports_to", "Colette Ames")),
     ("Field survey crews work on the Tamar crossing.", ("Field survey crews", "works_on", "Tamar crossing")),
+    # a thing that stays or remains somewhere, or is held there, is there; one who stays on a team is on it
+    ("The herbarium stays in the east annexe.", ("herbarium", "located_in", "east annexe")),
+    ("Returned stock is held at the Corby depot.", ("Returned stock", "located_in", "Corby depot")),
+    ("Wiremu stays on the billing squad.", ("Wiremu", "works_on", "billing squad")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
@@ -497,6 +501,10 @@ def test_the_alternative_after_not_is_never_the_place() -> None:
 def test_said_or_denied_is_still_only_reported() -> None:
     assert not _relations("Gil said that the tuck shop is run by Hartwell Catering.")
     assert not _relations("Gil did not confirm that the tuck shop is run by Hartwell Catering.")
+
+
+def test_remaining_in_a_state_is_no_place() -> None:
+    assert not _relations("The proposal remains in draft.")
 
 
 def test_taking_ones_place_is_no_place() -> None:
