@@ -261,6 +261,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
             # makes it an apposition, or a date when it could be a day of the month)
             out.append(child)
             continue
+        if child.dep_ in ("nsubj", "dep") and child.i == token.i - 1 and token.pos_ == "PROPN" \
+                and child.text[:1].isupper() and child.is_alpha and not _is_time(child):
+            out.append(child)  # "Ines Moreau chairs …" parsed with "Ines" the subject of "Moreau"
+            continue
         if child.dep_ in _NP_STOP_DEPS and not (child.dep_ == "punct" and child.text in ("-", "/", "&")):
             continue
         modifier = child.i < token.i and child.dep_ in ("compound", "amod", "nmod", "poss", "nummod")
@@ -337,6 +341,9 @@ def _is_personish(token: Any) -> bool:
     pipeline tags many first names ORG)."""
     if _is_person(token):
         return True
+    if token.text.isupper() and len(token.text) > 1 and token.i > 0 and token.doc[token.i - 1].pos_ == "NOUN" \
+            and token.doc[token.i - 1].text.islower():
+        return False  # "the image CDN", "the payments API": an acronym a common noun qualifies is a thing
     # A capitalised common noun is a name the tagger missed, unless the capital is the
     # sentence's and the noun a plural ("Rehearsals moved …") or the noun is somebody's ("the
     # robot's control PC").
