@@ -240,6 +240,9 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
                     c.dep_ == "compound" and c.pos_ == "PROPN" for c in token.children)))):
             # "reports to Marguerite Lyons on the arbitration": a name takes no complement but "of"
             objects = [c for c in child.children if c.dep_ == "pobj"]
+            if child.lower_ == "of" and token.pos_ == "PROPN" and token.ent_type_ == "PERSON" \
+                    and any(o.pos_ == "PROPN" or _is_group(o) for o in objects):
+                continue  # "Harriet Osborne of Procurement Services": where she is from, not her name
             # "budget for Q4" names the attribute; "on 3 May" does not
             timed = any(_is_time(o) for o in objects) and child.lower_ != "for"
             if objects and not timed and not _is_person(objects[0]) or (objects and child.lower_ == "of"):
@@ -341,6 +344,8 @@ def _is_personish(token: Any) -> bool:
     pipeline tags many first names ORG)."""
     if _is_person(token):
         return True
+    if any(ch.isdigit() for ch in token.text) or any(c.dep_ == "nummod" and c.i > token.i for c in token.children):
+        return False  # "KR3", "P-202", "OKR 2.1": codes, not people
     if token.text.isupper() and len(token.text) > 1 and token.i > 0 and token.doc[token.i - 1].pos_ == "NOUN" \
             and token.doc[token.i - 1].text.islower():
         return False  # "the image CDN", "the payments API": an acronym a common noun qualifies is a thing
@@ -1120,6 +1125,12 @@ def _held_as(obj: Any) -> str:
     return "other:leads" if obj.lemma_.lower() in _LED_HEADS or obj.lower_ in _LED_HEADS else "other:owns"
 
 
+def _simple_past(verb: Any) -> bool:
+    """"was handled", "were run": an event told in the past, not a perfect or a present."""
+    auxiliaries = {a.lower_ for a in verb.children if a.dep_ in ("aux", "auxpass")}
+    return bool(auxiliaries & {"was", "were"}) and not auxiliaries & {"has", "have", "had"} or verb.tag_ == "VBD"
+
+
 def _membership(obj: Any) -> str:
     if _is_org(obj):
         return "works_for"
@@ -1284,6 +1295,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if c.agent is not None and phrasal is not None:  # "is looked after by Wanjiru", "is relied on by …"
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], phrasal,
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
+        if c.agent is not None and base == "handle" and c.subjects and not _simple_past(c.head):
+            # "crew rostering has been handled by Amaka Eze": a duty held, led or owned by its
+            # kind ("the incident was handled by Rosa" is one event, not a duty)
+            return _rel([_np_text(t) for t in _conjuncts(c.agent)], _held_as(c.subjects[0]),
+                        _np_text(c.subjects[0]), change, text)
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
@@ -1371,6 +1387,13 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             if readings:
                 return readings
     del key
+    holder = _non_time(c.preps.get("with"))
+    if base in ("sit", "rest", "lie") and not c.objects and holder is not None and c.subjects \
+            and (_is_personish(holder) or _is_group(holder)) and not _is_personish(c.subjects[0]):
+        # "KR3 has sat with Dr Redcloud since February", "the decision rests with the board":
+        # where a duty lies is who holds it
+        return _rel([_np_text(t) for t in _conjuncts(holder)], _held_as(c.subjects[0]),
+                    _np_text(c.subjects[0]), change, text)
     if base in ("stay", "remain") and not c.objects and not c.negated:
         # "the paper lab stays in the main building", "Ravi stays on the billing team": a state
         # that goes on

@@ -490,6 +490,14 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     # a first name the parser made the subject of the surname is part of the name
     ("The image CDN moved from Fastly to Cloudflare on 3 March 2026.", ("image CDN", "located_in", "Cloudflare")),
     ("Ines Moreau chairs the tender board until June.", ("Ines Moreau", "other:leads", "tender board")),
+    # a duty handled by someone (a standing one, not an event), or that sits or rests with them
+    ("Supplier onboarding has been handled by Malia Fonoti since May.",
+     ("Malia Fonoti", "other:leads", "Supplier onboarding")),
+    ("OKR 2.1 has sat with Tevita Lolo since March.", ("Tevita Lolo", "other:owns", "OKR 2.1")),
+    ("The final decision rests with the finance committee.", ("finance committee", "other:owns", "final decision")),
+    # a person "of" an organisation is from it; the name stops before it
+    ("The audit was run by Peter Hughes of Group Finance.", ("Peter Hughes", "other:leads", "audit")),
+    ("The review was led by Sarah Jones of the finance team.", ("Sarah Jones", "other:leads", "review")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
@@ -509,6 +517,10 @@ def test_said_or_denied_is_still_only_reported() -> None:
 
 def test_remaining_in_a_state_is_no_place() -> None:
     assert not _relations("The proposal remains in draft.")
+
+
+def test_an_event_handled_is_no_duty_held() -> None:
+    assert not _relations("The outage was handled by Rosa Delgado.")
 
 
 def test_taking_ones_place_is_no_place() -> None:
