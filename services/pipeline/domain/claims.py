@@ -822,12 +822,28 @@ def _is_line_boundary(document: str, sentence_start: int, newline: int, followin
     line = document[document.rfind("\n", 0, newline) + 1:newline].strip()
     if re.fullmatch(r"\*\*[^*\n]+\*\*|__[^_\n]+__", line):
         return True  # "**Item 3. Venue**": a bold line is a label of its own, not the start of the next line
+    if line.endswith(":") and following.isupper() and _is_byline(line):
+        return True  # "**Kwabena Asare** (Data), 28 Jul:": who wrote what follows and when, not its time
     if not previous or previous[-1] in ".!?:;,-–—(":
         return False
     if not following.isupper():
         return False
     last_word = previous.split()[-1].lower().strip("*_")
     return last_word not in _FUNCTION_WORDS
+
+
+def _is_byline(line: str) -> bool:
+    """A comment's or a reply's heading: names (a team in brackets), a comma, a date or time,
+    and no other word ("Maeve Doherty, 28 Jul:", "**Ana Ruiz** (Support), Tue 14:05:"); not
+    a lead-in that dates what follows ("Changes effective 14 September:")."""
+    spans = timeparse.find_time_expressions(line, None)
+    if not spans or not line[:min(e.start for e in spans)].rstrip().endswith(","):
+        return False
+    rest = line
+    for e in sorted(spans, key=lambda e: e.start, reverse=True):
+        rest = rest[:e.start] + " " + rest[e.end:]
+    words = re.findall(r"[^\W\d_][\w'’.-]*", re.sub(r"\([^)]*\)", " ", rest))
+    return bool(words) and all(w[:1].isupper() for w in words)
 
 
 # --------------------------------------------------------------------------- helpers

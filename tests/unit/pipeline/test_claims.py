@@ -284,6 +284,18 @@ def test_a_clause_after_a_semicolon_whose_verb_the_tagger_took_for_a_noun_is_a_c
     assert len(claims) == 2 and "Anouk Visser" in claims[1].claim_text
 
 
+def test_a_comments_byline_date_is_when_it_was_written_not_when_its_content_holds() -> None:
+    document = ("**Tariq Haddad** (Ops), 3 Mar:\nThe spare scanner is kept by the warehouse team.\n\n"
+                "Priya Nair, 4 Mar:\nThe courier contract ends on 30 June 2026.\n\n"
+                "Changes effective 9 March 2026:\nJoel takes over the night rota from Ines.\n")
+    claims, _ = run(document, asserted_at=None)
+    by_text = {c.claim_text: c for c in claims}
+    assert by_text["The spare scanner is kept by the warehouse team."].valid_precision == "unknown"
+    assert by_text["The courier contract ends on 30 June 2026."].valid_from == datetime(2026, 6, 30, tzinfo=UTC)
+    dated = next(c for c in claims if "night rota" in c.claim_text)  # a lead-in still dates what follows
+    assert dated.valid_from == datetime(2026, 3, 9, tzinfo=UTC)
+
+
 def test_conjunction_split_gives_each_part_its_own_span() -> None:
     document = "Ravi owns the exporter and Dana leads billing. Ravi and Dana own the importer."
     claims, _ = run(document)
