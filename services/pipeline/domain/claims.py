@@ -146,7 +146,8 @@ class ParsedClaimProvider:
         return extract_parsed_claims(item)
 
 
-_SINCE_THEN_RE = re.compile(r"\b(?:[Ss]ince then|[Ee]ver since|[Ff]rom then on|[Ss]ince that (?:day|date|time))\b")
+_SINCE_THEN_RE = re.compile(r"\b(?:[Ss]ince then|[Ee]ver since(?=\s*(?:[,.;!?]|$))|[Ff]rom then on"
+                            r"|[Ss]ince that (?:day|date|time))\b")  # ("ever since the merger …" says when)
 _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu]p to then"
                             r"|[Uu]ntil that (?:day|date))\b")
 

@@ -132,6 +132,9 @@ _PREPOSITION_RE = re.compile(
     r"|at|of|to|and)\s+$",
     re.IGNORECASE,
 )
+# "since the reorg on …", "ever since our merger in …": a start told by the event that made it
+_SINCE_EVENT_RE = re.compile(
+    r"(?<![\w])since\s+(?:the|our|its|their|his|her|this|that)\s+[\w'’-]+(?:\s+[\w'’-]+){0,3}\s+$", re.IGNORECASE)
 _RANGE_CONNECTOR_RE = re.compile(r"\s*(?:to|until|till|through|and|-|–|—)\s*", re.IGNORECASE)
 _RESCHEDULE_RE = re.compile(
     r"(?<![\w])(?:mov\w*|shift\w*|push\w*|postpon\w*|delay\w*|reschedul\w*|slip\w*|slid\w*|bump\w*|chang\w*)"
@@ -589,6 +592,8 @@ def find_time_expressions(text: str, anchor: date | None,
         preposition, prep_start = _preposition_before(text, core.start)
         if preposition in ("to", "and", "of"):
             preposition, prep_start = None, core.start
+        if preposition in ("on", "in") and _SINCE_EVENT_RE.search(text[max(0, prep_start - 48):prep_start]):
+            preposition = "since"  # "since the reorg on 1 September": from the event's day on
         if preposition in ("from", "between") and index + 1 < len(cores):
             following = cores[index + 1]
             connector = _RANGE_CONNECTOR_RE.fullmatch(text[core.end:following.start])

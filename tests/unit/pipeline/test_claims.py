@@ -296,6 +296,14 @@ def test_a_comments_byline_date_is_when_it_was_written_not_when_its_content_hold
     assert dated.valid_from == datetime(2026, 3, 9, tzinfo=UTC)
 
 
+def test_since_an_event_on_a_day_starts_a_state_then() -> None:
+    claims, _ = run("Since the office move on 2 March 2026 Ilse reports to Bram Peeters.", asserted_at=None)
+    assert (claims[0].valid_from, claims[0].valid_until, claims[0].valid_precision) == (
+        datetime(2026, 3, 2, tzinfo=UTC), None, "open")
+    assert timeparse.find_time_expressions("The merger on 2 March 2026 closed the deal.", None)[0].valid_until \
+        is not None  # without "since", the day is an event's
+
+
 def test_conjunction_split_gives_each_part_its_own_span() -> None:
     document = "Ravi owns the exporter and Dana leads billing. Ravi and Dana own the importer."
     claims, _ = run(document)
