@@ -276,6 +276,9 @@ def _handle_month(text: str, match: re.Match[str], anchor: date | None) -> _Core
     if year_text is None and anchor is None:
         return _Core(match.start(), match.end(), None, None, "month", True, False, None, label)
     year = int(year_text) if year_text else anchor.year  # type: ignore[union-attr]
+    if year_text is None and anchor is not None and date(year, month, 1) > anchor \
+            and _preposition_before(text, match.start())[0] == "since":
+        year -= 1  # "since November", said in January, can only look back
     first = date(year, month, 1)
     return _Core(match.start(), match.end(), first, _month_last(year, month), "month", year_text is None, False,
                  f"{label} {year}", None if year_text else label)

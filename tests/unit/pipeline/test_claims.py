@@ -296,6 +296,13 @@ def test_a_comments_byline_date_is_when_it_was_written_not_when_its_content_hold
     assert dated.valid_from == datetime(2026, 3, 9, tzinfo=UTC)
 
 
+def test_since_a_month_without_a_year_looks_back() -> None:
+    (since,) = timeparse.find_time_expressions("Aroha has run the food bank since November.", date(2026, 1, 8))
+    assert (since.valid_from, since.precision) == (datetime(2025, 11, 1, tzinfo=UTC), "open")
+    (until,) = timeparse.find_time_expressions("The depot stays open until November.", date(2026, 1, 8))
+    assert until.valid_until is not None and until.valid_until.year == 2026  # a limit still looks ahead
+
+
 def test_since_an_event_on_a_day_starts_a_state_then() -> None:
     claims, _ = run("Since the office move on 2 March 2026 Ilse reports to Bram Peeters.", asserted_at=None)
     assert (claims[0].valid_from, claims[0].valid_until, claims[0].valid_precision) == (
