@@ -75,7 +75,8 @@ _PLACED_VERBS = frozenset("locate base live house place sit reside".split())
 _ROLE_NOUNS = {
     "owner": "other:owns", "maintainer": "other:owns", "lead": "other:leads", "leader": "other:leads",
     "head": "other:leads", "manager": "other:leads", "director": "other:leads", "chair": "other:leads",
-    "captain": "other:leads", "coordinator": "other:leads", "sponsor": "other:sponsors", "member": "member_of",
+    "captain": "other:leads", "coordinator": "other:leads", "convenor": "other:leads", "convener": "other:leads",
+    "sponsor": "other:sponsors", "member": "member_of",
     "part": "part_of", "author": "authored", "founder": "founded", "co-founder": "founded", "steward": "other:owns",
     "custodian": "other:owns", "point": "other:owns",
 }
@@ -748,6 +749,13 @@ def read(text: str) -> list[Reading]:
                         subject = reading.subject if relative_clause.passive else _np_text(token.head)
                         features = {**reading.features, "undated": True} if undated else reading.features
                         extra.append(_replace(reading, subject=subject, features=features))
+            # "the Saltmarsh Quay site, which Declan Shea manages": the noun is the clause's object
+            if token.dep_ == "relcl" and token.pos_ == "VERB" and any(
+                    c.dep_ == "dobj" and c.lower_ in ("which", "that", "whom") for c in token.children) and any(
+                    c.dep_ == "nsubj" and c.lower_ not in _RELATIVE_WORDS | _PRONOUNS for c in token.children):
+                relative_clause = _clause(token, [])
+                relative_clause.objects = [token.head]
+                extra.extend(r for r in _read_clause(relative_clause, sentence) if r.kind == "relation")
         for head in heads:
             clause = _clause(head, inherited)
             inherited = clause.subjects
@@ -1387,6 +1395,13 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             if readings:
                 return readings
     del key
+    supplier = _non_time(c.preps.get("from"))
+    if base in ("come", "source") and supplier is not None and c.subjects and supplier.pos_ == "PROPN" \
+            and not _is_place(supplier) and not _is_person(supplier) and not _is_personish(c.subjects[0]) \
+            and not c.negated and not _simple_past(c.head):
+        # "the results feed comes from PA Media": a named supplier a thing keeps coming from is
+        # used (not a place it comes from, not one delivery, not a person's past)
+        return _rel(subjects, "uses", _np_text(supplier), change, text)
     holder = _non_time(c.preps.get("with"))
     if base in ("sit", "rest", "lie") and not c.objects and holder is not None and c.subjects \
             and (_is_personish(holder) or _is_group(holder)) and not _is_personish(c.subjects[0]):

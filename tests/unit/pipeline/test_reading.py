@@ -498,6 +498,12 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     # a person "of" an organisation is from it; the name stops before it
     ("The audit was run by Peter Hughes of Group Finance.", ("Peter Hughes", "other:leads", "audit")),
     ("The review was led by Sarah Jones of the finance team.", ("Sarah Jones", "other:leads", "review")),
+    # the noun an object relative clause is about is that clause's object
+    ("The print room is in the Harbour Street annexe, which Wiremu Tane runs.",
+     ("Wiremu Tane", "other:leads", "Harbour Street annexe")),
+    # a named supplier a thing keeps coming from is used; a committee's convenor leads it
+    ("The weather feed comes from Meteomatics.", ("weather feed", "uses", "Meteomatics")),
+    ("Dr Anahera Walker is the convenor of the ethics panel.", ("Anahera Walker", "other:leads", "ethics panel")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
@@ -521,6 +527,11 @@ def test_remaining_in_a_state_is_no_place() -> None:
 
 def test_an_event_handled_is_no_duty_held() -> None:
     assert not _relations("The outage was handled by Rosa Delgado.")
+
+
+def test_where_a_person_comes_from_or_one_delivery_is_no_supplier() -> None:
+    assert not _relations("Priya comes from Leeds Teaching Hospitals.")
+    assert not _relations("The parking ticket came from Ana.")
 
 
 def test_taking_ones_place_is_no_place() -> None:
