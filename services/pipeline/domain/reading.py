@@ -198,7 +198,8 @@ def _dateish(token: Any) -> bool:
 
 
 _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appos", "prep", "ccomp", "xcomp",
-                           "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep"})
+                           "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep",
+                           "prt"})
 _NP_KEEP_PREPS = frozenset({"of", "for", "on"})
 _ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per"}
 # "on leave", "on call": a state of the person, not work on a thing
@@ -536,6 +537,15 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         # "Grace leads fundraising": an activity named by a gerund; "uses Benchling for notebooks":
         # a capitalised name the small parser reads as one
         objects, xcomp = [xcomp], None
+    if particle is None:
+        # "took the vaccine fridge log over from me" parsed with "log" a verb holding the
+        # particle: the particle (and its "from") is the head verb's
+        particle_token = next((p for o in objects if o.i > head.i for p in o.children
+                               if p.dep_ in ("prt", "advmod") and p.lower_ in ("over", "back") and p.i == o.i + 1),
+                              None)
+        particle = particle_token.lower_ if particle_token is not None else None
+        if particle_token is not None:
+            _prep_args(particle_token.head, preps, 1)
     _prep_args(head, preps)
     if particle_token is not None:
         _prep_args(particle_token, preps)

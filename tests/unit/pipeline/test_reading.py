@@ -549,6 +549,14 @@ def test_a_date_inside_a_later_conjunct_is_only_that_conjuncts() -> None:
     assert not any(d.features.get("undated") for d in found)
 
 
+def test_a_particle_the_parser_hangs_on_the_object_is_the_verbs() -> None:
+    """"took the vaccine fridge log over from me": the small model reads "log" as a verb that
+    holds "over", so the takeover and its previous holder were lost."""
+    (r,) = [r for r in read("Mere Tawhiri took the sample freezer log over from Ana Kiri.") if r.kind == "relation"]
+    assert (r.subject, r.predicate, r.object, r.change, r.previous_holder) == (
+        "Mere Tawhiri", "other:owns", "sample freezer log", "succession", "Ana Kiri")
+
+
 def test_a_participle_names_the_previous_holder() -> None:
     (r,) = [r for r in read("Ruth has run the help desk since May, replacing Colm Daly.") if r.kind == "relation"]
     assert (r.subject, r.predicate, r.object, r.change, r.previous_holder) == (
