@@ -19,6 +19,7 @@ lists); every claim it emits passes :func:`services.pipeline.domain.grounding.gr
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -751,6 +752,24 @@ def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int
     i = start
     while i < end:
         char = document[i]
+        if _is_emoji(char) and i > sentence_start and document[i - 1].isspace():
+            # "yes for now 🙃 NMR bookings use the sheet": in chat an emoji between words ends
+            # what was said before it, as a full stop would
+            j = i + 1
+            while j < end and (_is_emoji(document[j]) or document[j] in "\ufe0f\u200d"):
+                j += 1
+            k = j
+            while k < end and document[k] in " \t":
+                k += 1
+            before = document[sentence_start:i].split()[-1:]
+            if j < end and document[j] in " \t" and k < end and document[k].isalnum() \
+                    and before and before[0].lower() not in _FUNCTION_WORDS:  # ("the ☕ machine")
+                spans.append((sentence_start, j))
+                sentence_start = k
+                i = k
+                continue
+            i = j
+            continue
         if char in ".!?":
             j = i + 1
             while j < end and document[j] in ".!?\"'’”)]*_":
@@ -786,6 +805,10 @@ def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int
         if e > s:
             trimmed.append((s, e))
     return trimmed
+
+
+def _is_emoji(char: str) -> bool:
+    return unicodedata.category(char) == "So" and ord(char) >= 0x2190
 
 
 def _is_boundary(document: str, sentence_start: int, index: int, char: str, following: str) -> bool:

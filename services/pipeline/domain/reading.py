@@ -375,6 +375,11 @@ def _is_bare_name(token: Any) -> bool:
         t.lemma_.lower() in _LED_HEADS | _GROUP_HEADS for t in token.subtree)
 
 
+def _named(token: Any) -> bool:
+    """A proper name, or a common noun a name qualifies ("the Google sheet")."""
+    return token.pos_ == "PROPN" or any(c.dep_ == "compound" and c.pos_ == "PROPN" for c in token.children)
+
+
 def _is_place(token: Any) -> bool:
     return token.ent_type_ in ("GPE", "LOC", "FAC")
 
@@ -547,8 +552,17 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         if particle_token is not None:
             _prep_args(particle_token.head, preps, 1)
     _prep_args(head, preps)
-    if particle_token is not None:
-        _prep_args(particle_token, preps)
+    off = next((c for c in head.children if c.lower_ == "off" and c.dep_ in ("prep", "prt")
+                and not any(g.dep_ == "pobj" for g in c.children)), None)
+    if off is not None and head.lemma_.lower() in _MOVE:
+        # "bookings moved off the Google sheet to Clustermarket": the parser makes the sheet the
+        # object (or an adverb) of "moved"; it is where the move starts
+        left = next((c for c in head.children if c.dep_ in ("dobj", "npadvmod") and c.left_edge.i == off.i + 1), None)
+        if left is not None:
+            objects = [o for o in objects if o.i != left.i]
+            preps.setdefault("from", []).insert(0, left)
+            _prep_args(left, preps, 1)
+            particle = None if particle == "off" else particle
     for obj in objects:
         _prep_args(obj, preps, 1)
     preps.pop("by", None) if agent is not None else None
@@ -1257,9 +1271,9 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # ("the council tax portal", its head tagged a proper noun, is no person)
             predicate = "works_for" if destination.ent_type_ == "ORG" or any(
                 t.lower_ in ORG_WORDS for t in destination.subtree) else "works_on"
-        elif source is not None and all(t.pos_ == "PROPN" and not _is_locative(t) and not any(
+        elif source is not None and all(_named(t) and not _is_locative(t) and not any(
                 w.lower_ in _HOSTING_PROVIDERS for w in t.subtree) for t in (source, destination)) \
-                and not _is_locative(mover):
+                and not _is_locative(mover) and destination.pos_ == "PROPN":
             # "art outsourcing moved from Kinetic Art to Lumen Studio": an activity changes
             # supplier (a depot or an office that moves between names moves between places)
             return _rel(subjects, "uses", _np_text(destination), succession, text, previous=_np_text(source))

@@ -296,6 +296,14 @@ def test_a_comments_byline_date_is_when_it_was_written_not_when_its_content_hold
     assert dated.valid_from == datetime(2026, 3, 9, tzinfo=UTC)
 
 
+def test_an_emoji_between_words_ends_what_was_said_before_it() -> None:
+    claims, _ = run("yes for now 🙃 Tipene owns the release notes\n\nthe ☕ machine is in the kitchen 👍 Tom owns "
+                    "the coffee rota", asserted_at=None)
+    texts = [c.claim_text for c in claims]
+    assert "Tipene owns the release notes." in texts and "Tom owns the coffee rota." in texts
+    assert any("☕ machine is in the kitchen" in t for t in texts)  # not cut after a determiner
+
+
 def test_since_a_month_without_a_year_looks_back() -> None:
     (since,) = timeparse.find_time_expressions("Aroha has run the food bank since November.", date(2026, 1, 8))
     assert (since.valid_from, since.precision) == (datetime(2025, 11, 1, tzinfo=UTC), "open")

@@ -504,6 +504,8 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     # a named supplier a thing keeps coming from is used; a committee's convenor leads it
     ("The weather feed comes from Meteomatics.", ("weather feed", "uses", "Meteomatics")),
     ("Dr Anahera Walker is the convenor of the ethics panel.", ("Anahera Walker", "other:leads", "ethics panel")),
+    # "moved off" a named tool to another: the first is where the move starts, not the mover
+    ("Leave requests moved off the shared Excel sheet to Workday in March.", ("Leave requests", "uses", "Workday")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
