@@ -333,7 +333,8 @@ u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. oct. nov. dec. mt. ave. 
 _UPPER = "A-Z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.isupper())
 _LOWER = "a-z" + "".join(c for c in map(chr, range(0xC0, 0x250)) if c.islower())
 _TOKEN_RE = re.compile(rf"[{_UPPER}{_LOWER}0-9]+(?:['’][{_UPPER}{_LOWER}]+)*")
-_NAME_WORD = rf"[{_UPPER}][{_LOWER}]+(?:[-'’][{_UPPER}][{_LOWER}]+)*"
+# ("Jean-Luc", "O'Brien", and given names whose second part is lower-case: "Sun-hee", "Min-jun")
+_NAME_WORD = rf"[{_UPPER}][{_LOWER}]+(?:[-'’][{_UPPER}][{_LOWER}]+|-[{_LOWER}]{{2,}})*"
 _NAME = rf"{_NAME_WORD}(?:\s+(?:[{_UPPER}]\.(?!\w)|{_NAME_WORD}))*"
 _NAME_RE = re.compile(rf"(?<![\w'’]){_NAME}")
 _BOLD_SPEAKER_RE = re.compile(rf"^\*\*(?P<speaker>[{_UPPER}][^*:\n]{{0,60}}?)(?::\*\*|\*\*:)\s+")
