@@ -725,6 +725,15 @@ def read(text: str) -> list[Reading]:
             heads = [complement, *[c for c in complement.children if c.dep_ == "conj" and c.pos_ in ("VERB", "AUX")],
                      *heads[1:]]
             inherited = _clause(root, []).subjects
+        participle = next((c for c in root.children if c.dep_ == "acl" and c.i == root.i + 1 and (
+                           c.tag_ == "VBD" and c.lemma_.lower() in _VERB_LEXICON
+                           or c.tag_ == "VBN" and c.lemma_.lower() in _MOVE)
+                           and not any(s.dep_.startswith("nsubj") for s in c.children)), None) \
+            if root.pos_ in ("NOUN", "PROPN") and not any(t.pos_ == "AUX" for t in sentence) else None
+        if participle is not None:
+            # "Our Berlin warehouse relocated to Potsdam in August": a past verb of the
+            # vocabulary the parser hung on the noun before it, leaving a sentence without a verb
+            heads, inherited = [participle], [root]
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
         clauses = [c for c in sentence if c.dep_ == "relcl"]

@@ -506,6 +506,8 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("Dr Anahera Walker is the convenor of the ethics panel.", ("Anahera Walker", "other:leads", "ethics panel")),
     # "moved off" a named tool to another: the first is where the move starts, not the mover
     ("Leave requests moved off the shared Excel sheet to Workday in March.", ("Leave requests", "uses", "Workday")),
+    # a past move the parser hung on the noun before it
+    ("The Cork depot relocated to Mallow in May 2026.", ("Cork depot", "located_in", "Mallow")),
     # where a thing takes place is where it is
     ("Quarterly reviews take place in the boardroom.", ("Quarterly reviews", "located_in", "boardroom")),
 ])
