@@ -2162,6 +2162,8 @@ def _definite_nps(document: str, start: int, end: int, *, named: bool = False) -
         if len(words) > 1 and _is_verbish(words[-1].group()) and following[:1] == " " and following[1:2].isalpha():
             # "the billing migration moves in Q2": the last word is the verb, not part of the noun phrase
             words = words[:-1]
+        elif len(words) > 1 and _is_strong_verb(words[-1].group()) and following[:1] in (".", "!", "?", ";", ""):
+            words = words[:-1]  # "The export job failed.": a past verb that ends the sentence
         np_end = match.start(1) + words[-1].end()
         found.append(("the " + " ".join(w.group() for w in words), (match.start(), np_end)))
     return found
@@ -2175,10 +2177,17 @@ _ROLE_HEADS = frozenset("""owner owners lead leads leader head manager director 
 engineers member members person people team""".split())
 
 
+_FRONTED_PHRASE_RE = re.compile(r"(?:under|in|at|on|for|by|with|after|before|during|over|behind|beyond|within"
+                                r"|throughout|without|despite|since)\s+[^,.;:!?]*?,?\s*", re.IGNORECASE)
+
+
 def _unique_definite_np(ctx: _Context, sentence: _Sentence, position: int) -> tuple[str, tuple[int, int]] | None:
     named = not ctx.speaker_prefix
-    candidates = [c for c in _definite_nps(ctx.model.text, sentence.start, position, named=named)
-                  if c[0].split()[-1] not in _ROLE_HEADS]
+    # "Under the hood it runs on Kafka": a noun in the phrase that opens the pronoun's own
+    # clause is not what the pronoun stands for
+    fronted = _FRONTED_PHRASE_RE.fullmatch(ctx.model.text[sentence.start:position]) is not None
+    candidates = [] if fronted else [c for c in _definite_nps(ctx.model.text, sentence.start, position, named=named)
+                                     if c[0].split()[-1] not in _ROLE_HEADS]
     if not candidates and sentence.index > 0:
         previous = ctx.model.sentences[sentence.index - 1]
         candidates = [c for c in _definite_nps(ctx.model.text, previous.start, previous.end, named=named)

@@ -296,6 +296,11 @@ def test_a_comments_byline_date_is_when_it_was_written_not_when_its_content_hold
     assert dated.valid_from == datetime(2026, 3, 9, tzinfo=UTC)
 
 
+def test_it_never_stands_for_a_noun_in_the_phrase_that_opens_its_own_clause() -> None:
+    claims, _ = run("The export job failed. In the logs it shows a timeout.", asserted_at=None)
+    assert [c.claim_text for c in claims][-1] == "In the logs the export job shows a timeout."
+
+
 def test_a_given_name_with_a_lower_case_second_part_is_one_name() -> None:
     claims, _ = run("Ji-woo Park joined the data team in May 2026. She reports to Omar Haddad.", asserted_at=None)
     assert [c.claim_text for c in claims][1] == "Ji-woo Park reports to Omar Haddad."
