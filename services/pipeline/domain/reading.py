@@ -704,6 +704,11 @@ def read(text: str) -> list[Reading]:
         heads += [c for o in root.children if o.dep_ in ("dobj", "attr") for c in o.children
                   if c.dep_ == "conj" and c.pos_ == "VERB" and c.tag_ in ("VBZ", "VBD", "VBP")
                   and not any(s.dep_.startswith("nsubj") for s in c.children)]
+        # "…, having moved to the Anglia programme that day": a perfect participle says what the
+        # subject did
+        heads += [c for c in root.children if c.dep_ == "advcl" and c.tag_ == "VBN"
+                  and any(a.dep_ == "aux" and a.lower_ == "having" for a in c.children)
+                  and not any(s.dep_.startswith("nsubj") for s in c.children)]
         # "Eva owns the budget, so she will check": a clause of its own, with its own subject
         heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
                   and any(s.dep_ in ("nsubj", "nsubjpass") for s in c.children)
@@ -806,7 +811,8 @@ def read(text: str) -> list[Reading]:
                         if r.kind == "relation" and r.previous_holder is None and r.change in ("none", "succession")
                         else r
                         for r in main]
-            if main_undated or (head is root and root_undated):
+            if main_undated or (head is root and root_undated) or (head.dep_ == "advcl" and head.tag_ == "VBN"
+                                                                   and not _dated_within(sentence, head)):
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             successor = _elliptical_holder(clause)
@@ -823,6 +829,16 @@ def read(text: str) -> list[Reading]:
                 out.append(reading)
             extra = []
     return out if compound is None else [_unhyphenated(r, compound[1], compound[2]) for r in out]
+
+
+def _dated_within(sentence: Any, head: Any) -> bool:
+    """Whether a date is said inside ``head``'s own phrase ("having moved … that day"): a
+    perfect participle's event comes before the main clause's, so it never takes that one's."""
+    a = head.left_edge.idx - sentence.start_char
+    b = head.right_edge.idx + len(head.right_edge) - sentence.start_char
+    if re.search(r"\b(?:that|the same)\s+(?:day|date|week|month)\b", sentence.text[a:b], re.IGNORECASE):
+        return True  # "… that day": the main clause's date, said again
+    return any(a <= e.start < b for e in timeparse.find_time_expressions(sentence.text, None))
 
 
 def _dated_only_in_conjuncts(sentence: Any, root: Any, heads: list[Any]) -> bool:

@@ -561,6 +561,16 @@ def test_a_particle_the_parser_hangs_on_the_object_is_the_verbs() -> None:
         "Mere Tawhiri", "other:owns", "sample freezer log", "succession", "Ana Kiri")
 
 
+def test_a_perfect_participle_says_what_the_subject_did_before() -> None:
+    found = {(r.subject, r.predicate, r.object, r.features.get("undated"))
+             for r in read("Aroha left the fundraising board in May, having joined the audit committee.")
+             if r.kind == "relation"}
+    assert ("Aroha", "member_of", "audit committee", True) in found  # before May, not in it
+    found = {(r.subject, r.predicate, r.object, r.features.get("undated")) for r in read(
+        "Mere handed the rota to Tui on 3 March, having moved to the grants team that day.") if r.kind == "relation"}
+    assert ("Mere", "works_on", "grants team", None) in found
+
+
 def test_a_participle_names_the_previous_holder() -> None:
     (r,) = [r for r in read("Ruth has run the help desk since May, replacing Colm Daly.") if r.kind == "relation"]
     assert (r.subject, r.predicate, r.object, r.change, r.previous_holder) == (
