@@ -753,33 +753,20 @@ def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int
     i = start
     while i < end:
         char = document[i]
-        if _is_emoji(char) and i > sentence_start and document[i - 1].isspace():
-            # "yes for now 🙃 NMR bookings use the sheet": in chat an emoji between words ends
-            # what was said before it, as a full stop would
+        # "yes for now 🙃 NMR bookings use the sheet": in chat an emoji between words ends what
+        # was said before it, as a full stop would
+        emoji = _is_emoji(char) and i > sentence_start and document[i - 1].isspace()
+        if char in ".!?" or emoji:
             j = i + 1
-            while j < end and (_is_emoji(document[j]) or document[j] in "\ufe0f\u200d"):
-                j += 1
-            k = j
-            while k < end and document[k] in " \t":
-                k += 1
-            before = document[sentence_start:i].split()[-1:]
-            if j < end and document[j] in " \t" and k < end and document[k].isalnum() \
-                    and before and before[0].lower() not in _FUNCTION_WORDS:  # ("the ☕ machine")
-                spans.append((sentence_start, j))
-                sentence_start = k
-                i = k
-                continue
-            i = j
-            continue
-        if char in ".!?":
-            j = i + 1
-            while j < end and document[j] in ".!?\"'’”)]*_":
+            while j < end and (document[j] in ".!?\"'’”)]*_" if not emoji
+                               else _is_emoji(document[j]) or document[j] in "\ufe0f\u200d"):
                 j += 1
             if j < end and document[j].isspace():
                 k = j
                 while k < end and document[k].isspace():
                     k += 1
-                if k < end and _is_boundary(document, sentence_start, i, char, document[k]):
+                if k < end and (_is_emoji_boundary(document, sentence_start, i, document[k]) if emoji
+                                else _is_boundary(document, sentence_start, i, char, document[k])):
                     spans.append((sentence_start, j))
                     sentence_start = k
                     i = k
@@ -810,6 +797,11 @@ def _split_sentences(document: str, start: int, end: int) -> list[tuple[int, int
 
 def _is_emoji(char: str) -> bool:
     return unicodedata.category(char) == "So" and ord(char) >= 0x2190
+
+
+def _is_emoji_boundary(document: str, sentence_start: int, index: int, following: str) -> bool:
+    before = document[sentence_start:index].split()[-1:]
+    return following.isalnum() and bool(before) and before[0].lower() not in _FUNCTION_WORDS  # ("the ☕ machine")
 
 
 def _is_boundary(document: str, sentence_start: int, index: int, char: str, following: str) -> bool:

@@ -543,15 +543,15 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
         # a capitalised name the small parser reads as one
         objects, xcomp = [xcomp], None
     if particle is None:
-        # "took the vaccine fridge log over from me" parsed with "log" a verb holding the
-        # particle: the particle (and its "from") is the head verb's
-        particle_token = next((p for o in objects if o.i > head.i for p in o.children
-                               if p.dep_ in ("prt", "advmod") and p.lower_ in ("over", "back") and p.i == o.i + 1),
-                              None)
-        particle = particle_token.lower_ if particle_token is not None else None
-        if particle_token is not None:
-            _prep_args(particle_token.head, preps, 1)
+        # "took the vaccine fridge log over from me" parsed with "log" a verb (or a noun)
+        # holding the particle: it is the head verb's (its "from" is read with the object)
+        hung = next((p for o in objects if o.i > head.i for p in o.children
+                     if p.dep_ in ("prt", "advmod") and p.lower_ in ("over", "back") and p.i == o.i + 1), None)
+        if hung is not None:
+            particle, particle_token = hung.lower_, hung
     _prep_args(head, preps)
+    if particle_token is not None:
+        _prep_args(particle_token, preps)
     off = next((c for c in head.children if c.lower_ == "off" and c.dep_ in ("prep", "prt")
                 and not any(g.dep_ == "pobj" for g in c.children)), None)
     if off is not None and head.lemma_.lower() in _MOVE:
@@ -831,11 +831,15 @@ def read(text: str) -> list[Reading]:
     return out if compound is None else [_unhyphenated(r, compound[1], compound[2]) for r in out]
 
 
+def _span(sentence: Any, head: Any) -> tuple[int, int]:
+    """Where ``head``'s phrase lies in its sentence's text."""
+    return head.left_edge.idx - sentence.start_char, head.right_edge.idx + len(head.right_edge) - sentence.start_char
+
+
 def _dated_within(sentence: Any, head: Any) -> bool:
     """Whether a date is said inside ``head``'s own phrase ("having moved … that day"): a
     perfect participle's event comes before the main clause's, so it never takes that one's."""
-    a = head.left_edge.idx - sentence.start_char
-    b = head.right_edge.idx + len(head.right_edge) - sentence.start_char
+    a, b = _span(sentence, head)
     if re.search(r"\b(?:that|the same)\s+(?:day|date|week|month)\b", sentence.text[a:b], re.IGNORECASE):
         return True  # "… that day": the main clause's date, said again
     return any(a <= e.start < b for e in timeparse.find_time_expressions(sentence.text, None))
@@ -846,8 +850,7 @@ def _dated_only_in_conjuncts(sentence: Any, root: Any, heads: list[Any]) -> bool
     owned by Colm and was last revised in May 2026" dates the revision, not the ownership. A
     date of the first verb carries on to the verbs after it ("approved the funding on 11 May,
     so Project Wren is active again")."""
-    spans = [(h.left_edge.idx - sentence.start_char, h.right_edge.idx + len(h.right_edge) - sentence.start_char)
-             for h in heads if h.dep_ == "conj" and h.head.i == root.i]
+    spans = [_span(sentence, h) for h in heads if h.dep_ == "conj" and h.head.i == root.i]
     if not spans:
         return False
     dates = [e.start for e in timeparse.find_time_expressions(sentence.text, None)]
