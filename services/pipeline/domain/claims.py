@@ -851,7 +851,7 @@ def _is_line_boundary(document: str, sentence_start: int, newline: int, followin
 
 def _is_byline(line: str) -> bool:
     """A comment's or a reply's heading: names (a team in brackets), a comma, a date or time,
-    and no other word ("Maeve Doherty, 28 Jul:", "**Ana Ruiz** (Support), Tue 14:05:"); not
+    and no other word ("Maeve Doherty, 28 Jul:", "**Ana Ruiz** (Support), 3 March 2026:"); not
     a lead-in that dates what follows ("Changes effective 14 September:")."""
     spans = timeparse.find_time_expressions(line, None)
     if not spans or not line[:min(e.start for e in spans)].rstrip().endswith(","):
