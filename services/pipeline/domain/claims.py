@@ -153,7 +153,6 @@ _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu
                             r"|[Uu]ntil that (?:day|date))\b")
 
 
-_SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:day|date)\b")
 
 def _is_fragment(doc: object) -> bool:
     """No predicate in the parse: no verb, and no noun-tagged word in a verb's place (the
@@ -187,7 +186,7 @@ def extract_parsed_claims(item: ExtractionInput) -> tuple[list[ClaimDraft], list
             decisions.append(Decision("claimify_omitted", "no_predicate", draft.char_start, draft.char_end,
                                       draft.claim_text[:200]))
             continue
-        same = _SAME_DAY_RE.search(draft.claim_text)
+        same = timeparse.SAME_DAY_RE.search(draft.claim_text)
         if same is not None and draft.valid_precision == "unknown" and last_event is not None \
                 and last_event.valid_from is not None and last_event.valid_precision == "day":
             # "he joined the risk team on the same day": the day of the event just told

@@ -351,6 +351,8 @@ def _is_personish(token: Any) -> bool:
     if token.text.isupper() and len(token.text) > 1 and token.i > 0 and token.doc[token.i - 1].pos_ == "NOUN" \
             and token.doc[token.i - 1].text.islower():
         return False  # "the image CDN", "the payments API": an acronym a common noun qualifies is a thing
+    if any(c.dep_ == "poss" and c.pos_ == "NOUN" for c in token.children):
+        return False  # "the kiosk's spare POS": a thing's own thing
     # A capitalised common noun is a name the tagger missed, unless the capital is the
     # sentence's and the noun a plural ("Rehearsals moved …") or the noun is somebody's ("the
     # robot's control PC").
@@ -358,8 +360,7 @@ def _is_personish(token: Any) -> bool:
         token.text[:1].isupper() and token.pos_ == "NOUN" and not (token.is_sent_start and token.tag_ == "NNS")
         and not any(c.dep_ in ("det", "poss") for c in token.children))
     return proper and token.ent_type_ not in ("GPE", "LOC", "FAC", "DATE") and not any(
-        t.lower_ in ORG_WORDS for t in token.subtree) and not any(
-        c.dep_ == "poss" and c.pos_ == "NOUN" for c in token.children)  # "the kiosk's spare POS"
+        t.lower_ in ORG_WORDS for t in token.subtree)
 
 
 def _is_person_named(token: Any) -> bool:
@@ -444,11 +445,12 @@ class _Clause:
 
 
 def _contrasted(prep: Any) -> bool:
-    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside.
-    The "not" goes before it; one the parser hung on the phrase before ("located in Komorniki,
-    not in Poznań" with "not" under the first "in") sets aside the phrase after."""
+    """"led by Keiko, not by Paul", "moved to Dublin, not to Paris": the alternative set aside,
+    ", not" (or "and not", "but not") right before it, wherever the parser hung the "not" (on the
+    phrase before, or on that phrase's object); "is not in London" negates the verb instead."""
+    doc = prep.doc
     return any(c.dep_ == "neg" and c.i < prep.i for c in prep.children) or (
-        prep.i > 0 and prep.doc[prep.i - 1].lower_ == "not" and prep.doc[prep.i - 1].head.i != prep.head.i)
+        prep.i > 1 and doc[prep.i - 1].lower_ == "not" and doc[prep.i - 2].lower_ in (",", "and", "but"))
 
 
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
@@ -742,14 +744,18 @@ def read(text: str) -> list[Reading]:
         extra: list[Reading] = []
         formers: dict[tuple[str | None, str | None], str | None] = {}
         clauses = [c for c in sentence if c.dep_ == "relcl"]
-        dates = [(e.start, e.end) for e in timeparse.find_time_expressions(sentence.text, None)] if clauses else []
-        relative = [(c.left_edge.idx - sentence.start_char, c.right_edge.idx + len(c.right_edge) - sentence.start_char)
-                    for c in clauses if c.left_edge.lower_ in _RELATIVE_WORDS]
+        conjuncts = [_span(sentence, h) for h in heads if h.dep_ == "conj" and h.head.i == root.i]
+        # where the sentence's dates start, read once for the clauses that may not own them
+        dates = [e.start for e in timeparse.find_time_expressions(sentence.text, None)] \
+            if clauses or conjuncts or any(h.dep_ == "advcl" for h in heads) else []
+        relative = [_span(sentence, c) for c in clauses if c.left_edge.lower_ in _RELATIVE_WORDS]
         # "Kim, who joined in 2023, now leads X": a date only a relative clause has is that
         # clause's time, not the main clause's (and a date only the main clause has is not the
-        # relative clause's)
-        main_undated = bool(dates) and bool(relative) and all(any(a <= s < b for a, b in relative) for s, _ in dates)
-        root_undated = _dated_only_in_conjuncts(sentence, root, heads)
+        # relative clause's); "is owned by Colm and was last revised in May 2026": a date only a
+        # later conjunct has is that conjunct's (one of the first verb carries on to the later
+        # ones: "approved the funding on 11 May, so Project Wren is active again")
+        main_undated = _all_within(dates, relative)
+        root_undated = _all_within(dates, conjuncts)
         for token in sentence:
             # "Nina Brandt, the owner of the invoicing job, …": an apposition names a role
             if token.dep_ == "appos" and _is_personish(token.head):
@@ -769,9 +775,7 @@ def read(text: str) -> list[Reading]:
             # "Monika Weiss, who led sales since 2023, …": a relative clause about its noun
             if token.dep_ == "relcl" and token.pos_ in ("VERB", "AUX") and any(
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
-                a, b = token.left_edge.idx - sentence.start_char, token.right_edge.idx + len(token.right_edge) \
-                    - sentence.start_char
-                undated = bool(dates) and not any(a <= s < b for s, _ in dates)
+                undated = bool(dates) and not _starts_in(dates, _span(sentence, token))
                 relative_clause = _clause(token, [token.head])
                 if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
                     relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
@@ -812,7 +816,7 @@ def read(text: str) -> list[Reading]:
                         else r
                         for r in main]
             if main_undated or (head is root and root_undated) or (head.dep_ == "advcl" and head.tag_ == "VBN"
-                                                                   and not _dated_within(sentence, head)):
+                                                                   and not _dated_within(sentence, head, dates)):
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             successor = _elliptical_holder(clause)
@@ -836,25 +840,22 @@ def _span(sentence: Any, head: Any) -> tuple[int, int]:
     return head.left_edge.idx - sentence.start_char, head.right_edge.idx + len(head.right_edge) - sentence.start_char
 
 
-def _dated_within(sentence: Any, head: Any) -> bool:
+def _starts_in(dates: list[int], span: tuple[int, int]) -> bool:
+    return any(span[0] <= d < span[1] for d in dates)
+
+
+def _all_within(dates: list[int], spans: list[tuple[int, int]]) -> bool:
+    """Whether the sentence has dates and every one of them starts inside one of ``spans``."""
+    return bool(dates) and bool(spans) and all(any(_starts_in([d], span) for span in spans) for d in dates)
+
+
+def _dated_within(sentence: Any, head: Any, dates: list[int]) -> bool:
     """Whether a date is said inside ``head``'s own phrase ("having moved … that day"): a
     perfect participle's event comes before the main clause's, so it never takes that one's."""
     a, b = _span(sentence, head)
-    if re.search(r"\b(?:that|the same)\s+(?:day|date|week|month)\b", sentence.text[a:b], re.IGNORECASE):
+    if timeparse.SAME_DAY_RE.search(sentence.text[a:b]):
         return True  # "… that day": the main clause's date, said again
-    return any(a <= e.start < b for e in timeparse.find_time_expressions(sentence.text, None))
-
-
-def _dated_only_in_conjuncts(sentence: Any, root: Any, heads: list[Any]) -> bool:
-    """Whether every date of a sentence of conjoined verbs lies inside a later conjunct: "is
-    owned by Colm and was last revised in May 2026" dates the revision, not the ownership. A
-    date of the first verb carries on to the verbs after it ("approved the funding on 11 May,
-    so Project Wren is active again")."""
-    spans = [_span(sentence, h) for h in heads if h.dep_ == "conj" and h.head.i == root.i]
-    if not spans:
-        return False
-    dates = [e.start for e in timeparse.find_time_expressions(sentence.text, None)]
-    return bool(dates) and all(any(a <= d < b for a, b in spans) for d in dates)
+    return _starts_in(dates, (a, b))
 
 
 def _elliptical_holder(c: _Clause) -> tuple[str, str | None] | None:
@@ -1188,7 +1189,7 @@ def _held_as(obj: Any) -> str:
 def _simple_past(verb: Any) -> bool:
     """"was handled", "were run": an event told in the past, not a perfect or a present."""
     auxiliaries = {a.lower_ for a in verb.children if a.dep_ in ("aux", "auxpass")}
-    return bool(auxiliaries & {"was", "were"}) and not auxiliaries & {"has", "have", "had"} or verb.tag_ == "VBD"
+    return verb.tag_ == "VBD" or (bool(auxiliaries & {"was", "were"}) and not auxiliaries & {"has", "have", "had"})
 
 
 def _membership(obj: Any) -> str:
@@ -1468,7 +1469,7 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         if place is not None and (_is_locative(place) or place.pos_ == "PROPN" and not _is_personish(place)):
             return _rel(subjects, "located_in", _np_text(place), change, text)
         group = _non_time(c.preps.get("on") or c.preps.get("with"))
-        if group is not None and (_is_group(group) or group.lemma_.lower() in _LED_HEADS) and c.subjects \
+        if group is not None and _is_group(group) and c.subjects \
                 and _is_personish(c.subjects[0]):
             return _rel(subjects, _membership(group), _np_text(group), change, text)
         return None

@@ -132,6 +132,8 @@ _PREPOSITION_RE = re.compile(
     r"|at|of|to|and)\s+$",
     re.IGNORECASE,
 )
+# "on the same day", "that day": the day of the event just told, said again
+SAME_DAY_RE = re.compile(r"\b(?:[Oo]n\s+)?(?:the\s+same|that(?:\s+same)?)\s+(?:day|date)\b")
 # "since the reorg on …", "ever since our merger in …": a start told by the event that made it
 _SINCE_EVENT_RE = re.compile(
     r"(?<![\w])since\s+(?:the|our|its|their|his|her|this|that)\s+[\w'’-]+(?:\s+[\w'’-]+){0,3}\s+$", re.IGNORECASE)

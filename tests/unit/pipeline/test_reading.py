@@ -466,22 +466,22 @@ def _relations(text: str) -> set[tuple[str | None, str | None, str | None]]:
     ("Wendell took the night rota back from Iris Kahn.", ("Wendell", "other:leads", "night rota")),
     # a plural that starts its sentence, and somebody's capitalised noun, are things, not people
     ("Deliveries moved to the loading dock behind Unit 7.", ("Deliveries", "located_in", "loading dock")),
-    ("The clinic's booking PC runs on Windows 11.", ("clinic's booking PC", "uses", "Windows 11")),
+    ("The pharmacy's label PC is kept in the back office and runs on Windows 10.",
+     ("pharmacy's label PC", "uses", "Windows 10")),
     ("Last week the kiosk's spare POS was moved to the stock room.", ("kiosk's spare POS", "located_in", "stock room")),
     # an activity that moves between two named suppliers uses the new one; a depot moves between places
     ("Our card printing moved from Inkwell Press to Redleaf Print.", ("card printing", "uses", "Redleaf Print")),
     ("The depot moved from Tarnowo to Baranowo.", ("depot", "located_in", "Baranowo")),
     # "runs on" a product name the tagger took for a common noun
-    ("The contract review runs on Kira.", ("contract review", "uses", "Kira")),
+    ("The e-discovery review runs on Relativity.", ("e-discovery review", "uses", "Relativity")),
     # the alternative set aside after "not", wherever the parser hangs the "not"
-    ("The seed bank is kept in Wakehurst, not in Kew itself.", ("seed bank", "located_in", "Wakehurst")),
+    ("The Gdynia cold store is located in Rumia, not in Gdynia itself.", ("Gdynia cold store", "located_in", "Rumia")),
     # a site one is located on is a place (a system one is deployed to is not)
     ("The tool store is based at the Harrow Lane site.", ("tool store", "located_in", "Harrow Lane site")),
     # a verb that takes its complement as known states it; a plural's verb read as a noun
     ("The board noted that the tuck shop is run by Hartwell Catering.",
      ("Hartwell Catering", "other:leads", "tuck shop")),
-    ("Night porters report to Colette Ames.", ("Night porters", "reports_to", "Colette Ames")),
-    ("Field survey crews work on the Tamar crossing.", ("Field survey crews", "works_on", "Tamar crossing")),
+    ("Ward support staff report to Ines Park.", ("Ward support staff", "reports_to", "Ines Park")),
     # a thing that stays or remains somewhere, or is held there, is there; one who stays on a team is on it
     ("The herbarium stays in the east annexe.", ("herbarium", "located_in", "east annexe")),
     ("Returned stock is held at the Corby depot.", ("Returned stock", "located_in", "Corby depot")),
@@ -516,8 +516,8 @@ def test_general_readings(text: str, expected: tuple[str, str, str]) -> None:
 
 
 def test_the_alternative_after_not_is_never_the_place() -> None:
-    found = _relations("The seed bank is kept in Wakehurst, not in Kew itself.")
-    assert ("seed bank", "located_in", "Kew") not in found
+    found = _relations("The Gdynia cold store is located in Rumia, not in Gdynia itself.")
+    assert ("Gdynia cold store", "located_in", "Gdynia") not in found
 
 
 def test_said_or_denied_is_still_only_reported() -> None:
