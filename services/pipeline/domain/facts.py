@@ -157,10 +157,15 @@ def _change_kind(text: str) -> str:
     return "none"
 
 
-def _names_in(text: str) -> list[str]:
+def _names_in(text: str, parsed: bool = False) -> list[str]:
+    """The capitalised names in ``text``, in order; ``parsed``: each as the English parse reads
+    it (``reading.name_at``), not as the surface run."""
+    from services.pipeline.domain import reading
+
     names = []
     for match in _NAME.finditer(text):
-        candidate = clean_surface(match.group(0))
+        found = reading.name_at(text, match.start(), match.end()) if parsed else match.group(0)
+        candidate = clean_surface(found or "")
         if candidate and is_entity_name(candidate) and normalize_name(candidate) not in _DATE_WORDS:
             names.append(candidate)
     return names
@@ -468,7 +473,9 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
         if not _has_predicate(text):
             reason = reason or "no_predicate"
             continue
-        anchor = _observation_anchor(text, known_aliases)
+        anchor = _observation_anchor(text, known_aliases, parsed=True, subject=r.subject)
+        if anchor is None and holder is not None and is_entity_name(holder):
+            anchor = holder  # a speaker's "Bought the boots!" is about the speaker
         if anchor is None:
             reason = reason or "no_entity"
             continue
@@ -694,7 +701,12 @@ def attribute_anchor(attribute: str, known_aliases: frozenset[str]) -> str | Non
     return head if is_entity_name(head) else None  # "storage budget for Q4 2026": the storage budget
 
 
-def _observation_anchor(text: str, known_aliases: frozenset[str]) -> str | None:
+def _observation_anchor(text: str, known_aliases: frozenset[str], parsed: bool = False,
+                        subject: str | None = None) -> str | None:
+    """What an observation is about: the longest known alias in it, else its first name, else
+    (``parsed``) the parse's ``subject`` of it ("the freeholder replied …"; a pronoun names
+    nothing: "That's the whole job"), else its leading noun phrase (``parsed``: if it opens
+    with a noun)."""
     folded = normalize_name(text)
     best = None
     for alias in known_aliases:
@@ -703,9 +715,17 @@ def _observation_anchor(text: str, known_aliases: frozenset[str]) -> str | None:
                 best = alias
     if best is not None:
         return best
-    names = _names_in(text)
+    names = _names_in(text, parsed)
     if names:
         return names[0]
+    if parsed:
+        from services.pipeline.domain import reading
+
+        if subject:
+            held = clean_surface(subject)
+            return held if is_entity_name(held) else None
+        if not reading.opens_with_a_noun(text):
+            return None
     return _noun_phrase(text)
 
 

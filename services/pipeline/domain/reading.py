@@ -26,7 +26,7 @@ from typing import Any
 
 from services.pipeline.domain import nlp, timeparse
 
-__all__ = ["Reading", "read"]
+__all__ = ["Reading", "name_at", "opens_with_a_noun", "read"]
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,8 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
             named = next((c for c in child.children if c.dep_ in ("oprd", "attr", "dobj", "xcomp")), None)
             if named is not None:
                 return _np_text(named)
-    tokens = _np_tokens(token, keep)
+    # "Grace's got 600 followers": the "'s" is the verb's ("has"), not the name's
+    tokens = [t for t in _np_tokens(token, keep) if not (t.head.i == token.i and _contracted(t))]
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
     # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
@@ -657,6 +658,52 @@ _STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|f
 
 
 _CLAUSE_VERB = re.compile(r"\b(?:is|are|was|were|has|have|had|will|remains?|stays?|stands?)\b", re.IGNORECASE)
+
+
+# Parts of speech that never begin a name: "But Grace wants …", "Then Aiko and Dev …",
+# "So LockUp is …", "How's the …", "That's …" (a capitalised run the surface takes for a name).
+_NOT_NAME_POS = frozenset("CCONJ SCONJ ADV INTJ PRON DET AUX PART ADP".split())
+
+
+def _contracted(token: Any) -> bool:
+    """An "'s" that stands for "is" or "has" ("Kemi's doing Thursdays", "Grace's got 600
+    followers"), which the small model often tags a possessive."""
+    if token.lower_ not in ("'s", "’s"):
+        return False
+    if token.pos_ == "AUX" or token.tag_ == "VBZ":
+        return True
+    following = token.doc[token.i + 1] if token.i + 1 < len(token.doc) else None
+    return (following is not None and token.head.dep_ != "poss"
+            and (following.tag_ in ("VBG", "VBN") or following.lower_ in ("got", "been", "gone")))
+
+
+def name_at(text: str, start: int, end: int) -> str | None:
+    """The name the parse of ``text`` reads in ``text[start:end]``, a capitalised run found by
+    its surface: without the words before it that no name begins with ("But Grace", "Then
+    Aiko"), and without an "'s" that makes it a possessor ("Grace's sister") or stands for
+    "is"/"has" ("Grace's got"); a name that is itself possessive stays whole ("St Luke's has
+    offered"). None when nothing of it is a name ("How's", "That's", a common noun that only
+    begins a sentence)."""
+    tokens = [t for t in nlp.parse(text) if start <= t.idx and t.idx + len(t.text) <= end]
+    while tokens and tokens[0].pos_ in _NOT_NAME_POS:
+        tokens = tokens[1:]
+    if tokens and tokens[0].is_sent_start and not any(t.pos_ == "PROPN" for t in tokens):
+        return None  # capitalised only as a sentence's first word: "Congratulations, …", "Cycle storage …"
+    if len(tokens) > 1 and tokens[-1].lower_ in ("'s", "’s") and (
+            _contracted(tokens[-1]) or tokens[-1].head.dep_ == "poss"):
+        tokens = tokens[:-1]
+    if not tokens:
+        return None
+    return text[tokens[0].idx:tokens[-1].idx + len(tokens[-1].text)]
+
+
+def opens_with_a_noun(text: str) -> bool:
+    """Does ``text`` begin (after any determiner) with a word a noun phrase can begin with? Not
+    "Already did.", "Bought the boots!", "Three days early.", "Above 50,000 messages, scale …"."""
+    first = next((t for t in nlp.parse(text) if t.pos_ != "DET" and not t.is_punct), None)
+    if first is not None and first.pos_ == "VERB":  # "Visiting hours: …": a verb that modifies a noun
+        return first.dep_ in ("amod", "compound") and first.head.pos_ in ("NOUN", "PROPN")
+    return first is not None and first.pos_ not in _NOT_NAME_POS | {"NUM"}
 
 
 def is_key_value(text: str) -> bool:

@@ -608,3 +608,39 @@ def test_an_entity_name_does_not_depend_on_which_spelling_came_first(spellings: 
     assert fold(spellings) == fold(sorted(spellings)) != "FLEET TELEMATICS"
     assert better_name("Ravi Shankar", "Ravi") and not better_name("Ravi", "Ravi Shankar")
     assert better_name("INC-4821", "inc 4821") and not better_name("inc 4821", "INC-4821")
+
+
+@pytest.mark.parametrize(("text", "anchor"), [
+    ("But Oksana wants the walnut table, not the oak one.", "Oksana"),  # a conjunction opens it
+    ("Then Bertrand and Lise repainted the hallway.", "Bertrand"),
+    ("Honestly Ferdinand was right about the tyres.", "Ferdinand"),
+    ("So Brightwell is cheaper after all.", "Brightwell"),
+    ("Ottilie's brother can lend us the van.", "Ottilie"),  # a possessor, not a name with "'s"
+    ("Ottilie's got two tickets for Friday.", "Ottilie"),  # "'s" for "has"
+    ("Radek's bringing the speakers tonight.", "Radek"),  # "'s" for "is"
+    ("That's Ottilie's idea, not mine.", "Ottilie"),  # "That's" names nothing
+    ("And the caretaker phoned about the boiler.", "caretaker"),  # no name: the parse's subject
+])
+def test_an_observation_is_about_the_name_the_parse_reads(text: str, anchor: str) -> None:
+    (d,), _ = drafts(text)
+    assert (d.kind, d.subject) == ("observation", anchor)
+
+
+def test_a_contraction_is_no_entity() -> None:
+    assert not drafts("That's the last of the paint.")[0]
+    assert [d.subject for d in drafts("How's the new flat working out.")[0]] == ["new flat"]
+
+
+def test_a_name_that_is_itself_possessive_stays_whole() -> None:
+    (d,), _ = drafts("St Aldhelm's has agreed to host the choir until June.")
+    assert d.subject == "St Aldhelm's"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.permutations(["Ottilie's", "Ottilie", "ottilie's"]))
+def test_a_possessive_spelling_never_names_the_entity(spellings: list[str]) -> None:
+    name = spellings[0]
+    for surface in spellings[1:]:
+        if better_name(surface, name):
+            name = surface
+    assert name == "Ottilie"
