@@ -631,6 +631,14 @@ def test_a_contraction_is_no_entity() -> None:
     assert [d.subject for d in drafts("How's the new flat working out.")[0]] == ["new flat"]
 
 
+@pytest.mark.parametrize("text", ["Bought the new tent yesterday!", "Already booked it.",
+                                  "Forty covers on Saturday, mostly walk-ins."])
+def test_what_a_speaker_says_without_a_subject_is_about_the_speaker(text: str) -> None:
+    (d,), _ = drafts(text, speaker="Wilhelmina")
+    assert (d.kind, d.subject) == ("observation", "Wilhelmina")
+    assert drafts(text) == ([], "no_entity")  # with no speaker it is about nothing named
+
+
 def test_a_name_that_is_itself_possessive_stays_whole() -> None:
     (d,), _ = drafts("St Aldhelm's has agreed to host the choir until June.")
     assert d.subject == "St Aldhelm's"
