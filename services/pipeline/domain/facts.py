@@ -474,8 +474,9 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
             reason = reason or "no_predicate"
             continue
         anchor = _observation_anchor(text, known_aliases, parsed=True, subject=r.subject)
-        if anchor is None and holder is not None and is_entity_name(holder):
-            anchor = holder  # a speaker's "Bought the boots!" is about the speaker
+        if anchor is None and holder is not None and is_entity_name(holder) and not (
+                r.subject and reading.is_pronoun(r.subject)):
+            anchor = holder  # a speaker's "Bought the boots!" is about the speaker ("That's …" is not)
         if anchor is None:
             reason = reason or "no_entity"
             continue

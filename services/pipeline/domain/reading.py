@@ -26,7 +26,7 @@ from typing import Any
 
 from services.pipeline.domain import nlp, timeparse
 
-__all__ = ["Reading", "name_at", "opens_with_a_noun", "read"]
+__all__ = ["Reading", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
 
 
 @dataclass(frozen=True)
@@ -695,6 +695,12 @@ def name_at(text: str, start: int, end: int) -> str | None:
     if not tokens:
         return None
     return text[tokens[0].idx:tokens[-1].idx + len(tokens[-1].text)]
+
+
+def is_pronoun(text: str) -> bool:
+    """Is ``text`` (a subject the parse read) a pronoun: "That", "it", "What"?"""
+    tokens = [t for t in nlp.parse(text) if not t.is_punct]
+    return len(tokens) == 1 and (tokens[0].pos_ == "PRON" or tokens[0].lower_ in _PRONOUNS | _RELATIVE_WORDS)
 
 
 def opens_with_a_noun(text: str) -> bool:

@@ -639,6 +639,10 @@ def test_what_a_speaker_says_without_a_subject_is_about_the_speaker(text: str) -
     assert drafts(text) == ([], "no_entity")  # with no speaker it is about nothing named
 
 
+def test_what_a_pronoun_is_about_is_not_the_speaker() -> None:
+    assert drafts("That's the whole plan, then.", speaker="Wilhelmina") == ([], "no_entity")
+
+
 def test_a_name_that_is_itself_possessive_stays_whole() -> None:
     (d,), _ = drafts("St Aldhelm's has agreed to host the choir until June.")
     assert d.subject == "St Aldhelm's"
