@@ -650,12 +650,15 @@ async def facts(conn: asyncpg.Connection, caller: Caller, ids: Sequence[uuid.UUI
 
 async def evidence_links(conn: asyncpg.Connection, caller: Caller, fact_ids: Sequence[uuid.UUID], *,
                          per_stance: int) -> list[asyncpg.Record]:
-    """Up to ``per_stance`` visible current claims per fact and stance, newest testimony first."""
+    """Up to ``per_stance`` visible current claims per fact and stance, newest testimony first
+    (of one time, the latest said in its document: the order depends on what was said, not on
+    the claims' random keys)."""
     return await conn.fetch(
         f"""SELECT * FROM (
                SELECT e.fact_id, e.claim_id, e.stance,
                       row_number() OVER (PARTITION BY e.fact_id, e.stance
-                                         ORDER BY c.asserted_at DESC NULLS LAST, c.claim_id) AS n
+                                         ORDER BY c.asserted_at DESC NULLS LAST, c.char_start DESC,
+                                                  c.claim_text, c.claim_id) AS n
                  FROM fact_evidence e JOIN claims c ON c.claim_id = e.claim_id AND c.space_id = e.space_id
                 WHERE c.space_id = $1 AND e.fact_id = ANY($3::uuid[]) AND c.is_current_testimony
                   AND {CLAIM_VISIBLE}) ranked
@@ -807,13 +810,23 @@ async def mentioning(conn: asyncpg.Connection, space_id: uuid.UUID, claim_ids: S
     return out
 
 
-async def facts_of_entities(conn: asyncpg.Connection, space_id: uuid.UUID, entity_ids: Sequence[uuid.UUID],
-                            limit: int) -> list[uuid.UUID]:
-    """Current facts about these entities (subject or object), best supported first."""
+async def facts_of_entities(conn: asyncpg.Connection, caller: Caller, entity_ids: Sequence[uuid.UUID],
+                            limit: int, vector: Sequence[float] | None = None) -> list[uuid.UUID]:
+    """Current facts about these entities (subject or object) that the caller may see (what it
+    may not is never nominated, so never counted as dropped): with ``vector`` (the question's,
+    of the space's model) those whose labels are nearest it first, then the best supported;
+    ties by label and key, so the order depends on what the space holds, not on when it was
+    read (ingest time ordered them before: the same documents answered differently)."""
+    args: list[Any] = [caller.space_id, principals(caller), list(entity_ids), limit]
+    order = "f.evidence_count DESC, f.label, f.fact_id"
+    if vector is not None:
+        args.append(np.asarray(vector, dtype=np.float32))
+        order = f"CASE WHEN f.embedding_dim = {len(vector)} THEN f.embedding <=> $5 END NULLS LAST, {order}"
     rows = await conn.fetch(
-        """SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
-              AND (f.subject_entity_id = ANY($2::uuid[]) OR f.object_entity_id = ANY($2::uuid[]))
-            ORDER BY f.evidence_count DESC, f.ingested_at DESC LIMIT $3""", space_id, list(entity_ids), limit)
+        f"""SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+              AND (f.subject_entity_id = ANY($3::uuid[]) OR f.object_entity_id = ANY($3::uuid[]))
+              AND {FACT_SUPPORTED}
+            ORDER BY {order} LIMIT $4""", *args)
     return [r[0] for r in rows]
 
 

@@ -376,16 +376,17 @@ class Retrieval:
             semantic, lexical, *rest = await self.concurrently(conn, legs)
             channels: dict[str, list[uuid.UUID]] = {"semantic": [i for i, _ in semantic],
                                                     "bm25": [i for i, _ in lexical]}
+            near = vector if await self.legs.comparable(conn, caller.space_id) else None
             if rest:
                 profiles = rest[0]
                 if profiles:
-                    channels["entity_profile"] = await db.facts_of_entities(conn, caller.space_id,
-                                                                            [p for p, _ in profiles], depth)
+                    channels["entity_profile"] = await db.facts_of_entities(conn, caller, [p for p, _ in profiles],
+                                                                            depth, near)
             named: frozenset[uuid.UUID] = frozenset()
             if not entity_ids:  # anchors already confine the facts to their entities
                 entities = await db.named_entities(conn, caller, name_keys(query))
                 if entities:
-                    named = frozenset(await db.facts_of_entities(conn, caller.space_id, entities, depth))
+                    named = frozenset(await db.facts_of_entities(conn, caller, entities, depth, near))
             fused = fuse_facts(channels, self.fact_weights, named=named)[:depth]
             confirmed: list[Any] = []
             dropped = 0
@@ -447,7 +448,11 @@ class Retrieval:
                                              validity=validity_message(m))
                     block.returned = min(len(others), CO_MEMBERS)
                     block.total = len(others)
-        links = await db.evidence_links(conn, caller, ids, per_stance=per_stance)
+        # Evidence in the facts' order (best fact first), so the cap cuts the weakest facts'
+        # claims; by key it read as a random sample of the facts' evidence.
+        rank = {fact_id: i for i, fact_id in enumerate(ids)}
+        links = sorted(await db.evidence_links(conn, caller, ids, per_stance=per_stance),
+                       key=lambda link: (rank[link["fact_id"]], link["stance"] != "supports", link["n"]))
         kinds = {r["fact_id"]: r["kind"] for r in rows}
         kept = links[:MAX_EVIDENCE]
         returned: dict[tuple[uuid.UUID, str], int] = {}

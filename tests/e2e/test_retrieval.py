@@ -95,6 +95,10 @@ def test_the_time_page_table_in_all_four_modes(base: str, time: dict, expected: 
             marks["on-call"] = fact["temporal_match"]
     assert {key: marks.get(key) for key in expected} == expected
     assert env["temporal_scope"]["mode"] == time["mode"]
+    # the evidence comes in the facts' order, best fact first
+    rank = {fact["fact_id"]: i for i, fact in enumerate(env["facts"])}
+    linked = [rank[link["fact_id"]] for link in env["fact_evidence"]]
+    assert len(set(linked)) > 1 and linked == sorted(linked)
 
 
 def test_a_contradiction_returns_every_side_together(base: str) -> None:

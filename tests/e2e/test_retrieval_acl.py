@@ -85,6 +85,16 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                 await retrieval.claims_and_sources(caller, query, None, 50, 200),
                 await retrieval.resolve(caller, rng.choice(PEOPLE), ()),
             ]
+            # An entity's facts join facts_context's fusion only when the caller may see them (else
+            # they would be nominated, then dropped, and counted in dropped_by_hydration).
+            async with database.transaction(isolation="repeatable_read", readonly=True) as conn:
+                entities = [r[0] for r in await conn.fetch("SELECT entity_id FROM entities WHERE space_id = $1", space)]
+                nominated = await db.facts_of_entities(conn, caller, entities, 10_000)
+                supported = await conn.fetch(
+                    """SELECT DISTINCT e.fact_id, c.doc_id FROM fact_evidence e JOIN claims c USING (claim_id)
+                        WHERE e.stance = 'supports' AND c.is_current_testimony AND e.fact_id = ANY($1::uuid[])""",
+                    nominated)
+            assert nominated and {r["fact_id"] for r in supported if r["doc_id"] in visible_docs} == set(nominated)
             for env in envs:
                 for e in env.evidence:
                     assert uuid.UUID(e.doc_id) in visible_docs, (principals, e.claim_text)
