@@ -107,9 +107,9 @@ def _unpossessed(key: str) -> str:
 def better_name(surface: str, current: str) -> bool:
     """Whether ``surface`` should replace ``current`` as an entity's name: the fullest spelling
     wins ("Ravi" -> "Ravi Shankar") but a possessive "'s" is no part of it; between spellings
-    of one name, one as written over one
-    already normalised ("INC-4821" over "inc 4821"), then fewer capitals, then code-point
-    order, so the name never depends on which document was read first."""
+    of one name, one as written over one already normalised ("INC-4821" over "inc 4821"),
+    then fewer capitals, then code-point order, so the name never depends on which document
+    was read first."""
     key, held = normalize_name(surface), normalize_name(current)
     if key != held and _unpossessed(key) == _unpossessed(held):
         return not key.endswith("'s")  # "Grace" over "Grace's" (her sister, or "Grace's got")
