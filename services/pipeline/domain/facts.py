@@ -724,7 +724,7 @@ def _observation_anchor(text: str, known_aliases: frozenset[str], parsed: bool =
 
         if subject:
             held = clean_surface(subject)
-            return held if is_entity_name(held) and reading.opens_with_a_noun(held) else None
+            return held if is_entity_name(held) else None
         if not reading.opens_with_a_noun(text):
             return None
     return _noun_phrase(text)

@@ -717,6 +717,26 @@ def is_key_value(text: str) -> bool:
     return _KEY_VALUE.match(text) is not None
 
 
+_ASKING_TAGS = frozenset({"WP", "WRB", "WDT"})
+
+
+def _asks(sentence: Any) -> bool:
+    """A question written without its question mark, as chat often is: an auxiliary before its
+    subject ("Does that mean Tom is fast now.", "Is that the one from the garden centre", "Can
+    Lena take the rota") with a verb that can follow it ("Will Turner joined the board" is a
+    name), or a question word before an auxiliary ("What will Tom be doing there.", "How's the
+    knee."). Not "Should be fine by Friday." (no subject) nor "What we need is a van"."""
+    words = [t for t in sentence if not t.is_punct]
+    if len(words) < 2 or words[0].pos_ != "AUX" and words[0].tag_ not in _ASKING_TAGS:
+        return False
+    if words[0].tag_ in _ASKING_TAGS:
+        return words[1].pos_ == "AUX"
+    second = words[1]
+    inverted = any(t.dep_ in ("nsubj", "nsubjpass", "expl") and t.left_edge.i == second.i for t in sentence)
+    root = sentence.root
+    return inverted and (root.i == words[0].i or root.tag_ in ("VB", "VBN", "VBG") or root.pos_ == "AUX")
+
+
 def read(text: str) -> list[Reading]:
     """The readings of one claim text, in order."""
     key_value = _KEY_VALUE.match(text)
@@ -746,7 +766,7 @@ def read(text: str) -> list[Reading]:
     out: list[Reading] = []
     correction = corrected or bool(_CORRECTION_WORDS.search(text))
     for sentence in doc.sents:
-        if sentence.text.rstrip(" \"'”)*_").endswith("?"):
+        if sentence.text.rstrip(" \"'”)*_").endswith("?") or _asks(sentence):
             out.append(Reading("nonfact", mood="question", label=sentence.text.strip()))
             continue
         root = sentence.root
