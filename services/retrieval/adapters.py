@@ -810,6 +810,10 @@ async def mentioning(conn: asyncpg.Connection, space_id: uuid.UUID, claim_ids: S
     return out
 
 
+# facts_of_entities reads this many of an entity's facts per fact it nominates.
+ENTITY_FACTS_READ = 4
+
+
 async def facts_of_entities(conn: asyncpg.Connection, caller: Caller, entity_ids: Sequence[uuid.UUID],
                             limit: int, vector: Sequence[float] | None = None) -> list[uuid.UUID]:
     """Current facts about these entities (subject or object) that the caller may see (what it
@@ -822,11 +826,17 @@ async def facts_of_entities(conn: asyncpg.Connection, caller: Caller, entity_ids
     if vector is not None:
         args.append(np.asarray(vector, dtype=np.float32))
         order = f"CASE WHEN f.embedding_dim = {len(vector)} THEN f.embedding <=> $5 END NULLS LAST, {order}"
+    # The order first, over a bounded prefix, then the caller's view of it: checking every
+    # fact of a busy entity first made facts_context's p95 at 100k claims 40% slower. A caller
+    # who sees few of the prefix gets fewer nominations, never another's.
     rows = await conn.fetch(
-        f"""SELECT f.fact_id FROM facts f WHERE f.space_id = $1 AND f.invalidated_at IS NULL
-              AND (f.subject_entity_id = ANY($3::uuid[]) OR f.object_entity_id = ANY($3::uuid[]))
-              AND {FACT_SUPPORTED}
-            ORDER BY {order} LIMIT $4""", *args)
+        f"""SELECT o.fact_id FROM (
+               SELECT f.fact_id, row_number() OVER (ORDER BY {order}) AS n FROM facts f
+                WHERE f.space_id = $1 AND f.invalidated_at IS NULL
+                  AND (f.subject_entity_id = ANY($3::uuid[]) OR f.object_entity_id = ANY($3::uuid[]))
+                ORDER BY {order} LIMIT $4 * {ENTITY_FACTS_READ}) o
+             JOIN facts f ON f.fact_id = o.fact_id AND f.space_id = $1
+            WHERE {FACT_SUPPORTED} ORDER BY o.n LIMIT $4""", *args)
     return [r[0] for r in rows]
 
 
