@@ -834,7 +834,7 @@ async def facts_of_entities(conn: asyncpg.Connection, caller: Caller, entity_ids
                SELECT f.fact_id, f.space_id, row_number() OVER (ORDER BY {order}) AS n FROM facts f
                 WHERE f.space_id = $1 AND f.invalidated_at IS NULL
                   AND (f.subject_entity_id = ANY($3::uuid[]) OR f.object_entity_id = ANY($3::uuid[]))
-                ORDER BY {order} LIMIT $4 * {ENTITY_FACTS_READ}) o
+                ORDER BY n LIMIT $4 * {ENTITY_FACTS_READ}) o
              JOIN facts f ON f.fact_id = o.fact_id AND f.space_id = o.space_id
             WHERE {FACT_SUPPORTED} ORDER BY o.n LIMIT $4""", *args)
     return [r[0] for r in rows]

@@ -160,8 +160,8 @@ def _change_kind(text: str) -> str:
 def _names_in(text: str, parsed: bool = False) -> list[str]:
     """The capitalised names in ``text``, in order; ``parsed``: each as the English parse reads
     it (``reading.name_at``), not as the surface run."""
-    from services.pipeline.domain import reading
-
+    if parsed:
+        from services.pipeline.domain import reading
     names = []
     for match in _NAME.finditer(text):
         found = reading.name_at(text, match.start(), match.end()) if parsed else match.group(0)
