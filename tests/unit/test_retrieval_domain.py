@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
-from services.platform.text import query_tokens, tokens
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.platform.text import STOP_WORDS, fold, query_tokens, stem, tokens
 from services.retrieval.domain import (
     EvidenceCandidates,
     FusionWeights,
@@ -28,6 +32,15 @@ def test_question_scaffolding_does_not_reach_bm25() -> None:
     assert query_tokens("How old is the oven?") == ["old", "oven"]  # the measure asked is kept
     assert query_tokens("who what when, tell me!") == [] and query_tokens("😀🎉") == []
     assert tokens("He said it was long.") == ["said", "long"]  # passages keep every content word
+
+
+@given(st.text(alphabet="abeéS1_'’ .,-ingsd", max_size=40))
+def test_tokens_are_each_words_stem_before_its_apostrophe(text: str) -> None:
+    """The analyser's fast path (one findall, stems remembered) reads every word as the
+    plain definition does: folded, cut at its apostrophe, stop words out, stemmed."""
+    words = (m.group(0).replace("’", "'").split("'")[0] for m in re.finditer(r"[^\W_]+(?:['’][^\W_]+)?", fold(text)))
+    assert tokens(text) == [stem(w) for w in words if w not in STOP_WORDS]
+    assert tokens("Tom’s flat, O'Brien's café; RUNNING planned") == ["tom", "flat", "o", "cafe", "run", "plan"]
 
 
 def test_names_in_a_question() -> None:
