@@ -754,11 +754,14 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
              ORDER BY x.canonical_name, x.entity_id""", caller.space_id, principals(caller), key)
     if rows:
         return "T0", list(rows), False
+    # T1 and T2 rank the matching aliases first and then probe visibility in that order, one
+    # entity at a time, until ``width + 1`` are visible: checking every match first (each
+    # through all its mentions) cost 100 ms for a common first name and a caller who sees a
+    # tenth of a 100k-claim space.
     rows = await conn.fetch(
-        f"""SELECT x.entity_id, x.canonical_name, max(similarity(a.normalized_alias, $3)) AS score
-              FROM entity_aliases a JOIN entities x USING (entity_id, space_id)
-             WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.normalized_alias % $3 AND {ENTITY_VISIBLE}
-             GROUP BY x.entity_id, x.canonical_name ORDER BY score DESC, x.entity_id LIMIT $4""",
+        _visible_in_order("SELECT a.entity_id, max(similarity(a.normalized_alias, $3)) AS score FROM entity_aliases a "
+                          "WHERE a.space_id = $1 AND a.normalized_alias % $3 GROUP BY a.entity_id",
+                          "score DESC, entity_id"),
         caller.space_id, principals(caller), key, width + 1)
     if rows:
         return "T1", list(rows[:width]), len(rows) > width
@@ -767,13 +770,26 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
         codes = await conn.fetchval("SELECT daitch_mokotoff($1)", first)
         if codes:
             rows = await conn.fetch(
-                f"""SELECT DISTINCT x.entity_id, x.canonical_name
-                      FROM entity_aliases a JOIN entities x USING (entity_id, space_id)
-                     WHERE a.space_id = $1 AND x.merged_into IS NULL AND a.phonetic && $3::text[] AND {ENTITY_VISIBLE}
-                     ORDER BY x.entity_id LIMIT $4""", caller.space_id, principals(caller), list(codes), width + 1)
+                _visible_in_order("SELECT DISTINCT a.entity_id, NULL::float8 AS score FROM entity_aliases a "
+                                  "WHERE a.space_id = $1 AND a.phonetic && $3::text[]", "entity_id"),
+                caller.space_id, principals(caller), list(codes), width + 1)
             if rows:
                 return "T2", list(rows[:width]), len(rows) > width
     return "", [], False
+
+
+def _visible_in_order(matches: str, order: str) -> str:
+    """The first ``$4`` current entities of ``matches`` (``entity_id, score`` rows) in
+    ``order`` that the caller may see, with their canonical names, in that order."""
+    return f"""WITH m AS MATERIALIZED ({matches}),
+                chosen AS MATERIALIZED (
+                  SELECT m.entity_id, m.score FROM (SELECT * FROM m ORDER BY {order} OFFSET 0) m
+                   WHERE (SELECT true FROM entities x WHERE x.space_id = $1 AND x.entity_id = m.entity_id
+                             AND x.merged_into IS NULL AND {ENTITY_VISIBLE} LIMIT 1)
+                   LIMIT $4)
+              SELECT * FROM (SELECT x.entity_id, x.canonical_name, m.score FROM chosen m
+                               JOIN entities x ON x.space_id = $1 AND x.entity_id = m.entity_id) r
+               ORDER BY {order}"""
 
 
 async def named_entities(conn: asyncpg.Connection, caller: Caller, keys: Sequence[str]) -> list[uuid.UUID]:

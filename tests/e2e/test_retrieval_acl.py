@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testament.common.v1 import types_pb2 as t
 
 from services.platform.auth import Caller, Scope
 from services.platform.credentials_pg import PgCredentials
@@ -95,6 +96,23 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                         WHERE e.stance = 'supports' AND c.is_current_testimony AND e.fact_id = ANY($1::uuid[])""",
                     nominated)
             assert nominated and {r["fact_id"] for r in supported if r["doc_id"] in visible_docs} == set(nominated)
+            # A misspelt name resolves by trigram to the visible entities best by similarity,
+            # exactly those (visibility is probed in score order, never counted first).
+            misspelt = rng.choice(PEOPLE) + "h"
+            fuzzy = await retrieval.resolve(caller, misspelt, ())
+            async with database.transaction(isolation="repeatable_read", readonly=True) as conn:
+                best = await conn.fetch(
+                    f"""SELECT x.entity_id FROM entities x JOIN entity_aliases a USING (entity_id, space_id)
+                         WHERE x.space_id = $1 AND x.merged_into IS NULL AND a.normalized_alias % $3
+                           AND {db.ENTITY_VISIBLE}
+                         GROUP BY x.entity_id ORDER BY max(similarity(a.normalized_alias, $3)) DESC, x.entity_id
+                         LIMIT 8""", space, sorted(principals), misspelt.lower())
+            tiers = {e.tier for e in fuzzy.entities}
+            if best:
+                assert [uuid.UUID(e.entity_id) for e in fuzzy.entities] == [r[0] for r in best], misspelt
+                assert tiers == {t.ResolutionTier.RESOLUTION_TIER_T1}
+            else:  # nothing visible is near the name: a later tier may answer, never T1
+                assert t.ResolutionTier.RESOLUTION_TIER_T1 not in tiers
             for env in envs:
                 for e in env.evidence:
                     assert uuid.UUID(e.doc_id) in visible_docs, (principals, e.claim_text)
