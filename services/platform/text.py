@@ -51,14 +51,13 @@ def stem(word: str) -> str:
     return word
 
 
+def _words(text: str) -> list[str]:
+    """The folded words of ``text``, each cut at its apostrophe ("tom's" -> "tom")."""
+    return [w.replace("’", "'").split("'")[0] if "'" in w or "’" in w else w for w in _WORD.findall(fold(text))]
+
+
 def tokens(text: str) -> list[str]:
-    out = []
-    for word in _WORD.findall(fold(text)):
-        if "'" in word or "’" in word:
-            word = word.replace("’", "'").split("'")[0]
-        if word not in STOP_WORDS:
-            out.append(stem(word))
-    return out
+    return [stem(word) for word in _words(text) if word not in STOP_WORDS]
 
 
 # Words that shape a question but say nothing about its answer: "What did Tom say about
@@ -78,11 +77,10 @@ def query_tokens(text: str) -> list[str]:
     Empty when the query holds only stop words, question words or symbols."""
     out = []
     previous = ""
-    for match in _WORD.finditer(fold(text)):
-        word = match.group(0).replace("’", "'").split("'")[0]
+    for word in _words(text):
         how_measure = previous == "how" and word in _HOW_MEASURES
         previous = word
-        if not word or word in STOP_WORDS or word in QUESTION_WORDS or how_measure:
+        if word in STOP_WORDS or word in QUESTION_WORDS or how_measure:
             continue
         out.append(stem(word))
     return out

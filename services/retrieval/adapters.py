@@ -760,8 +760,7 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
     # tenth of a 100k-claim space.
     rows = await conn.fetch(
         _visible_in_order("SELECT a.entity_id, max(similarity(a.normalized_alias, $3)) AS score FROM entity_aliases a "
-                          "WHERE a.space_id = $1 AND a.normalized_alias % $3 GROUP BY a.entity_id",
-                          "score DESC, entity_id"),
+                          "WHERE a.space_id = $1 AND a.normalized_alias % $3 GROUP BY a.entity_id"),
         caller.space_id, principals(caller), key, width + 1)
     if rows:
         return "T1", list(rows[:width]), len(rows) > width
@@ -770,17 +769,18 @@ async def resolve_tiers(conn: asyncpg.Connection, caller: Caller, name: str, key
         codes = await conn.fetchval("SELECT daitch_mokotoff($1)", first)
         if codes:
             rows = await conn.fetch(
-                _visible_in_order("SELECT DISTINCT a.entity_id, NULL::float8 AS score FROM entity_aliases a "
-                                  "WHERE a.space_id = $1 AND a.phonetic && $3::text[]", "entity_id"),
+                _visible_in_order("SELECT DISTINCT a.entity_id, 0::float8 AS score FROM entity_aliases a "
+                                  "WHERE a.space_id = $1 AND a.phonetic && $3::text[]"),
                 caller.space_id, principals(caller), list(codes), width + 1)
             if rows:
                 return "T2", list(rows[:width]), len(rows) > width
     return "", [], False
 
 
-def _visible_in_order(matches: str, order: str) -> str:
-    """The first ``$4`` current entities of ``matches`` (``entity_id, score`` rows) in
-    ``order`` that the caller may see, with their canonical names, in that order."""
+def _visible_in_order(matches: str) -> str:
+    """The first ``$4`` current entities of ``matches`` (``entity_id, score`` rows), best
+    score first and then by key, that the caller may see, with their canonical names."""
+    order = "score DESC, entity_id"
     return f"""WITH m AS MATERIALIZED ({matches}),
                 chosen AS MATERIALIZED (
                   SELECT m.entity_id, m.score FROM (SELECT * FROM m ORDER BY {order} OFFSET 0) m

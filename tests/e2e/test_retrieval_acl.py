@@ -16,6 +16,7 @@ from services.platform.auth import Caller, Scope
 from services.platform.credentials_pg import PgCredentials
 from services.platform.db import Database
 from services.platform.embeddings import HashEmbeddings
+from services.platform.text import normalize_name
 from services.retrieval import adapters as db
 from services.retrieval.app import Retrieval
 from services.retrieval.domain import CURRENT
@@ -106,7 +107,7 @@ async def _probe(dsn: str, docs: list[tuple[str, list[str]]]) -> None:
                          WHERE x.space_id = $1 AND x.merged_into IS NULL AND a.normalized_alias % $3
                            AND {db.ENTITY_VISIBLE}
                          GROUP BY x.entity_id ORDER BY max(similarity(a.normalized_alias, $3)) DESC, x.entity_id
-                         LIMIT 8""", space, sorted(principals), misspelt.lower())
+                         LIMIT 8""", space, sorted(principals), normalize_name(misspelt))
             tiers = {e.tier for e in fuzzy.entities}
             if best:
                 assert [uuid.UUID(e.entity_id) for e in fuzzy.entities] == [r[0] for r in best], misspelt
