@@ -1598,7 +1598,8 @@ def _lead_in_day(ctx: _Context, sentence: _Sentence, statement: str) -> date | N
     if not text.endswith(":") or (heading is not None and heading[1][0] > lead.start):
         return None
     anchor = _anchor_for(ctx, lead)[0]
-    days = [e for e in timeparse.find_time_expressions(text, anchor) if e.resolved and e.precision == "day"
+    # "effective 14 September 2026:" reads as an open period from that day
+    days = [e for e in timeparse.find_time_expressions(text, anchor) if e.resolved and e.precision in ("day", "open")
             and e.valid_from is not None]
     if not days or not any(r.change == "succession" for r in reading.read(statement)):
         return None

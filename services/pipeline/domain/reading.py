@@ -125,7 +125,9 @@ write state suggest""".split())
 _SPEECH_ONLY = frozenset("say claim".split())
 _PARTICLES = frozenset("down over up off back out away forward on in".split())
 # verbs whose complement the speaker takes as known ("noted that", "confirmed that")
-_FACTIVE = frozenset("note confirm announce notice realise realize discover acknowledge".split())
+_FACTIVE = frozenset("note confirm announce notice realise realize discover acknowledge report".split())
+# verbs that put a figure on record: "reported reserves of 212,000 GBP"
+_RECORD = frozenset("report post record announce log declare show".split())
 _THINK = frozenset("think believe feel guess reckon suspect doubt fear hope worry".split())
 _PLAN_VERBS = frozenset("plan intend aim hope want mean expect propose".split())
 _HYPO_AUX = frozenset("would could might may should must ought".split())
@@ -157,7 +159,7 @@ _HONORIFICS = frozenset("""mr mrs ms miss mx dr prof professor sister nurse sir 
 rev reverend colonel major sergeant judge""".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
-                               r"|\bnot\s+\w+\s+but\b|\binstead of\b", re.IGNORECASE)
+                               r"|\bnot\s+\w+\s+but\b", re.IGNORECASE)
 _DETERMINERS = frozenset("the a an this that these those our my your their his her its some any each every".split())
 _PRONOUNS = frozenset("i me we us you he him she her they them it one someone everyone nobody".split())
 _RELATIVE_WORDS = frozenset("who whom whose which that where when".split())
@@ -221,7 +223,7 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         out.append(before)  # "Anders Vik leaves …" parsed with "Anders" a plural noun on the verb
     if _ampersand(token):
         out.extend(t for c in token.children if c.dep_ in ("cc", "conj") and c.i > token.i for t in c.subtree)
-    if token.dep_ in ("dobj", "nsubj", "nsubjpass"):
+    if token.dep_ in ("dobj", "nsubj", "nsubjpass") and not _set_aside(token):
         # "took over the weekend support rota", "the payments API is hosted …", "the Leipzig
         # pharma cross-dock": the parser's adjacent objects (or subjects) are one noun phrase
         left = token.left_edge.i
@@ -331,7 +333,28 @@ def _adjacent(first: Any, second: Any) -> bool:
 def _conjuncts(token: Any) -> list[Any]:
     if _ampersand(token):
         return [token]  # "Byrne & Kells", "Hollis & Daughters": one firm's name
-    return [token, *[c for c in token.conjuncts if c.i > token.i]]
+    return [token, *[c for c in token.conjuncts if c.i > token.i and not _set_aside(c)]]
+
+
+def _set_aside(token: Any) -> bool:
+    """"have used Rosterline instead of HealthRoster", "uses Cliniko rather than Jane": the
+    alternative the sentence replaces, which the parser hangs as a conjunct (or as the object
+    of an "of" the "instead" leads)."""
+    doc, start = token.doc, token.left_edge.i
+    return start > 1 and (doc[start - 2].lower_, doc[start - 1].lower_) in (("instead", "of"), ("rather", "than"))
+
+
+def _set_aside_of(head: Any) -> list[Any]:
+    """What the clause of ``head`` replaces: "instead of X" after its object (see :func:`_set_aside`)."""
+    found = []
+    for token in head.subtree:
+        if token.dep_ in ("conj", "pobj", "dobj") and _set_aside(token):
+            verb = token.head  # the clause's verb (through "for rostering", a gerund the phrase holds)
+            while (verb.pos_ not in ("VERB", "AUX") or verb.dep_ == "pcomp") and verb.head.i != verb.i:
+                verb = verb.head
+            if verb.i == head.i:
+                found.append(token)
+    return found
 
 
 def _ampersand(token: Any) -> bool:
@@ -389,7 +412,7 @@ def _is_place(token: Any) -> bool:
 # nouns that name where a thing is kept or stands ("the site cabin", "room B012", "Hall 4")
 _PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
 laboratory store storeroom stockroom cupboard cabinet shelf locker shed garage centre center datacenter region
-zone plant factory bay dock annex annexe attic vault""".split())
+zone plant factory bay dock annex annexe attic vault hangar terminal quay wharf pier""".split())
 
 
 def _names_a_system(token: Any) -> bool:
@@ -456,7 +479,7 @@ def _contrasted(prep: Any) -> bool:
 
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
-        if _contrasted(child):
+        if _contrasted(child) or child.lower_ == "of" and any(_set_aside(o) for o in child.children):
             continue
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
             objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
@@ -497,7 +520,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             passive = passive or dep == "nsubjpass"
         elif dep == "auxpass":
             passive = True
-        elif dep in ("dobj", "dative") and child.pos_ != "ADP":
+        elif dep in ("dobj", "dative") and child.pos_ != "ADP" and not _set_aside(child):
             if objects and objects[-1].dep_ == "dobj" and objects[-1].right_edge.i + 1 == child.left_edge.i:
                 objects.pop()  # two adjacent objects: one noun phrase the parser split
             objects.extend(_conjuncts(child))
@@ -629,10 +652,20 @@ def _without_trailing_time(text: str) -> str:
     return text
 
 
+# ", because the surface car park is needed for …": why a sentence's state holds is no part of
+# it, and the small parser often loses the main verb to a long reason clause
+_REASON_TAIL = re.compile(r",\s+(?:because|due to|so that|in order to)\s[^;]*$",
+                          re.IGNORECASE)
+
+
 @lru_cache(maxsize=8192)
 def prepared(text: str) -> str:
     """The text the parser reads for a claim (see :func:`read`)."""
-    return _without_leading_time(_without_prefix(text)[0])
+    text = _without_leading_time(_without_prefix(text)[0])
+    reason = _REASON_TAIL.search(text)
+    if reason is not None and len(text[:reason.start()].split()) >= 4:
+        text = text[:reason.start()] + "."
+    return text
 
 
 _DISCOURSE_PREFIX = re.compile(r"^\s*(?:(?P<correction>correction|corrected|erratum)|update|note|fyi|reminder|context"
@@ -653,7 +686,7 @@ _KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<
 
 
 _STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|from)\s+(?:on\s+)?"
-                           r"(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
+                           r"(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
                            re.IGNORECASE)
 
 
@@ -896,6 +929,13 @@ def read(text: str) -> list[Reading]:
             if successor is not None:  # it may only name who holds what an end let go (facts.py)
                 holder, of = successor
                 main = [_replace(r, features={**r.features, "holder": holder, "holder_of": of}) for r in main]
+            aside = _set_aside_of(head)
+            if aside:
+                # "since 16 November the wards have used Rosterline instead of HealthRoster": a
+                # change from the alternative set aside, which is no fact of its own
+                main = [_replace(r, change="succession", previous=_np_text(aside[0]))
+                        if r.kind == "relation" and r.previous is None and r.change in ("none", "succession") else r
+                        for r in main]
             for reading in [*main, *extra]:
                 former = formers.get((reading.subject, reading.predicate))
                 if former and reading.kind == "relation" and reading.previous is None \
@@ -1588,9 +1628,11 @@ def _value_of(token: Any) -> str:
         return _np_text(token)
     skip: set[int] = set()
     for child in token.children:
-        if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep") and any(
-                t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]):
-            # "70,000 EUR, not 75,000 EUR": the value corrected away is no part of the value
+        if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep", "prep") and (any(
+                t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]) or _set_aside(child)
+                or child.lower_ == "of" and any(_set_aside(o) for o in child.children)):
+            # "70,000 EUR, not 75,000 EUR", "70 EUR instead of 75 EUR": the value corrected
+            # away is no part of the value
             skip.update(t.i for t in child.subtree)
             skip.update(range(token.i + 1, child.i))
         if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
@@ -1698,6 +1740,15 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         value = _first(c.preps, "at")
         if value is not None and _is_valueish(value) and not _is_personish(c.objects[0]):
             return [_attr(_np_text(c.objects[0], _ATTRIBUTE_PREPS), None, _value_of(value), change, text, state=True)]
+    if base in _RECORD and c.objects and not c.passive and not c.negated and not _is_personish(c.objects[0]):
+        # "the Treasurer reported reserves of 212,000 GBP", "posted revenue of 3.1 million EUR":
+        # the noun's "of" phrase is its value
+        noun = c.objects[0]
+        value = next((o for p in noun.children if p.dep_ == "prep" and p.lower_ == "of"
+                      for o in p.children if o.dep_ == "pobj"), None)
+        if value is not None and _is_valueish(value) and not _is_time(value):
+            return [_attr(_np_text(noun, _ATTRIBUTE_PREPS - {"of"}), None, _value_of(value), change, text,
+                          state=True)]
     if base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover") \
             and not _is_person(thing):
         value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)

@@ -125,6 +125,8 @@ _P_VAGUE = re.compile(
     re.IGNORECASE,
 )
 _P_WEEKDAY = re.compile(rf"(?<![\w])(?P<wd>{_WEEKDAY})(?![\w])")
+# "Monday 7 December 2026", "Sat, 1 Aug": a weekday that names the date after it is part of it
+_WEEKDAY_BEFORE = re.compile(rf"(?<![\w])(?:{_WEEKDAY}|Mon|Tues?|Wed|Thu(?:rs?)?|Fri|Sat|Sun)\.?,?\s+$")
 
 _PREPOSITION_RE = re.compile(
     r"(?<![\w])(?P<p>as of|starting from|starting|effective from|effective|beginning|since|from|between|until|till"
@@ -491,6 +493,9 @@ def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | No
             if pattern is _P_WEEKDAY and weekdays and _preposition_before(text, match.start())[0] != "since":
                 core = _bare_weekday(match, anchor, weekdays.get(match.start()))
             core = core or handler(text, match, anchor)
+            if core is not None and pattern in (_P_DMY, _P_MDY, _P_ISO):
+                weekday = _WEEKDAY_BEFORE.search(text, max(0, core.start - 12), core.start)
+                core = replace(core, start=weekday.start()) if weekday is not None else core
             if core is not None:
                 candidates.append((core.start, -(core.end - core.start), priority, core))
     candidates.sort(key=lambda item: (item[0], item[1], item[2]))

@@ -596,3 +596,16 @@ def test_a_list_lead_in_dates_the_changes_under_it_and_a_possessive_date_names_a
     assert found["The returns desk budget is 4,000 GBP."] == (None, "unknown")  # not a change
     found = _windows("After this morning's review, Ivo Petrov handed the audit over to Noor Haddad today.\n", said)
     assert list(found.values()) == [(date(2026, 9, 14), "day")]
+
+
+@pytest.mark.parametrize("text, phrase, start, precision", [
+    ("From Tuesday 5 January 2027 the lab opens at eight.", "From Tuesday 5 January 2027", date(2027, 1, 5), "open"),
+    ("Go-live: Thu, 14 May 2026.", "Thu, 14 May 2026", date(2026, 5, 14), "day"),
+    ("The audit happened on Wed. March 4, 2026.", "on Wed. March 4, 2026", date(2026, 3, 4), "day"),
+])
+def test_a_weekday_that_names_the_date_after_it_is_part_of_that_date(
+        text: str, phrase: str, start: date, precision: str) -> None:
+    """A weekday written before its date is one expression: read apart, the bare weekday was
+    resolved against the said-on day (a different date) and the date lost its "from"."""
+    (found,) = timeparse.find_time_expressions(text, date(2026, 1, 8))
+    assert (found.text, found.valid_from and found.valid_from.date(), found.precision) == (phrase, start, precision)

@@ -669,3 +669,42 @@ def test_a_possessive_spelling_never_names_the_entity(spellings: list[str]) -> N
         if better_name(surface, name):
             name = surface
     assert name == "Ottilie"
+
+
+@pytest.mark.parametrize("text, subject, new, old", [
+    ("Since 2 March 2026 the clinic has used Cliniko instead of Jane.", "clinic", "Cliniko", "Jane"),
+    ("The warehouse now uses Odoo rather than SAP Business One.", "warehouse", "Odoo", "SAP Business One"),
+    ("From 1 May 2026 Bongani reports to Carmen Ruiz instead of Tom Hale.", "Bongani", "Carmen Ruiz", "Tom Hale"),
+])
+def test_an_alternative_set_aside_is_what_the_change_leaves_never_a_fact_of_its_own(
+        text: str, subject: str, new: str, old: str) -> None:
+    found, _ = drafts(text)
+    held = [d for d in found if not d.features.get("until_claim")]
+    assert [(d.subject, d.object, d.change_kind, d.previous_object) for d in held] == [
+        (subject, new, "succession", old)]
+    assert all(d.object != old or d.features.get("until_claim") for d in found)
+
+
+def test_a_value_set_aside_is_no_part_of_the_value() -> None:
+    d = one("The annual licence is 4,800 EUR instead of 5,200 EUR.")
+    assert (d.kind, d.statement) == ("observation", "annual licence: 4,800 EUR")
+
+
+@pytest.mark.parametrize("text, label", [
+    ("The Bursar reported that the endowment stands at 3.4 million GBP.", "endowment: 3.4 million GBP"),
+    ("Our head of sales reported that the order backlog stood at 812,000 EUR.", "order backlog: 812,000 EUR"),
+    ("The Treasurer reported a surplus of 14,200 GBP.", "surplus: 14,200 GBP"),
+    ("The plant posted output of 3,150 tonnes in May.", "output: 3,150 tonnes"),
+])
+def test_a_report_in_minutes_records_what_it_reports(text: str, label: str) -> None:
+    """Minutes and status reports put facts on record as "X reported that …" or "reported a
+    surplus of …"; "Ravi said that …" stays the speaker's stance (see the speech tests)."""
+    d = one(text)
+    assert (d.kind, d.statement) == ("observation", label)
+
+
+def test_a_reason_clause_does_not_cost_the_main_clause_its_verb() -> None:
+    (_, d), _ = drafts("From 4 January 2027 the night shift moves from Hangar 2 to Hangar 5, because the "
+                       "roof of Hangar 2 is being replaced over the winter.")
+    assert (d.subject, d.predicate, d.object, d.previous_object) == ("night shift", "located_in", "Hangar 5",
+                                                                     "Hangar 2")
