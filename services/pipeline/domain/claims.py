@@ -163,6 +163,8 @@ def _is_fragment(doc: object) -> bool:
     tokens = list(doc)  # type: ignore[call-overload]
     if any(t.pos_ in ("VERB", "AUX") or t.tag_.startswith("VB") or t.tag_ == "MD" for t in tokens):
         return False
+    if any(t.dep_ == "ROOT" and {"nsubj", "dobj"} <= {c.dep_ for c in t.children} for t in tokens):
+        return False  # "that Ms Onyango chair the committee": a word with a subject and an object is a verb
     for index in range(1, len(tokens) - 1):
         word, before, after = tokens[index], tokens[index - 1], tokens[index + 1]
         if (word.lower_.endswith(("s", "ed")) and before.pos_ in ("NOUN", "PROPN", "NUM")
@@ -356,7 +358,9 @@ _OUTLINE_RE = re.compile(r"^(?:\d+(?:\.\d+)+\.?|\(?[a-z]\)|(?:item|resolution|mi
 # the record's own frame around what a body decided or noted ("RESOLVED: that …", "It was
 # noted that …", "The Board agreed that …"): what follows is the statement
 _MINUTES_FRAME_RE = re.compile(
-    r"^(?:(?:RESOLVED|AGREED|NOTED|DECIDED)\s*:\s*(?:that\s+)?"
+    # "RESOLVED: that …", "RESOLVED (2026/M/09): that …", "C/26/42 RESOLVED that …"
+    r"^(?:(?:(?:[A-Z]{1,4}/)?\d{1,4}(?:[/.]\d{1,4})*\s+)?(?:RESOLVED|AGREED|NOTED|DECIDED)"
+    r"(?:\s*\([^()]{1,40}\))?(?:\s*:\s*(?:that\s+)?|\s+that\s+)"
     r"|it\s+was\s+(?:noted|resolved|agreed|decided|confirmed|reported)\s+that\s+"
     r"|the\s+(?:board|committee|council|trustees|meeting|panel|group)\s+(?:noted|agreed|resolved|confirmed|decided)"
     r"\s+that\s+)(?=\S)", re.IGNORECASE)

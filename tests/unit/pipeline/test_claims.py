@@ -609,3 +609,15 @@ def test_a_weekday_that_names_the_date_after_it_is_part_of_that_date(
     resolved against the said-on day (a different date) and the date lost its "from"."""
     (found,) = timeparse.find_time_expressions(text, date(2026, 1, 8))
     assert (found.text, found.valid_from and found.valid_from.date(), found.precision) == (phrase, start, precision)
+
+
+def test_a_resolution_is_read_whatever_its_reference_and_the_subjunctive_keeps_its_verb() -> None:
+    """Minutes number and reference their resolutions ("RESOLVED (2026/B/07): that …", "B/26/11
+    RESOLVED that …"); what was resolved is the statement, and "that Ms Onyango chair the
+    committee" has a verb even where the small tagger reads "chair" as a noun."""
+    said = datetime(2026, 6, 10, 18, tzinfo=UTC)
+    found = _windows("# Minutes of the trustees, 10 June 2026\n\n"
+                     "3. RESOLVED (2026/B/07): that the tool library be moved to the Mill Lane unit from 1 July 2026.\n"
+                     "B/26/11 RESOLVED that Ms Ruth Onyango chair the Estates Committee from 2 June 2026.\n", said)
+    assert found == {"The tool library be moved to the Mill Lane unit from 1 July 2026.": (date(2026, 7, 1), "open"),
+                     "Ms Ruth Onyango chair the Estates Committee from 2 June 2026.": (date(2026, 6, 2), "open")}
