@@ -203,7 +203,10 @@ _NP_STOP_DEPS = frozenset({"relcl", "acl", "advcl", "punct", "cc", "conj", "appo
                            "parataxis", "mark", "advmod", "neg", "aux", "auxpass", "nsubj", "nsubjpass", "dep",
                            "prt"})
 _NP_KEEP_PREPS = frozenset({"of", "for", "on"})
-_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per"}
+# adverbs the parser hangs on a noun that are not its modifiers ("only the", "also the", "now")
+_NOT_PREMODIFIERS = frozenset("only also just even still now then already almost nearly about around roughly "
+                              "approximately some over under".split())
+_ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per", "among"}
 # "on leave", "on call": a state of the person, not work on a thing
 _NOT_WORK = frozenset("leave holiday vacation call duty site track time schedule board hold break sabbatical".split())
 
@@ -284,6 +287,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
     kept = {t.i for t in out}
     out += [token.doc[i] for i in range(min(kept), max(kept)) if i not in kept
             and token.doc[i].text in _JOINING_MARKS and i - 1 in kept and i + 1 in kept]
+    # "flu jab uptake" with "jab" tagged an adverb: a word between the head and a modifier kept
+    # before it is a modifier too
+    out += [token.doc[i] for i in range(min(kept), token.i) if i not in kept and not token.doc[i].is_punct
+            and token.doc[i].head.i == token.i and token.doc[i].dep_ == "advmod" and token.doc[i].pos_ != "PART"
+            and token.doc[i].lower_ not in _NOT_PREMODIFIERS]
     return sorted(set(out), key=lambda t: t.i)
 
 
@@ -1636,8 +1644,10 @@ def _value_of(token: Any) -> str:
             skip.update(t.i for t in child.subtree)
             skip.update(range(token.i + 1, child.i))
         if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
-                child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a")
-                                         and any(_is_time(o) for o in child.children if o.dep_ == "pobj"))):
+                child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a") and any(
+                    _is_time(o) for o in [*child.children, *(g for p in child.children if p.dep_ == "prep"
+                                                             for g in p.children)] if o.dep_ == "pobj"))):
+            # "63 percent as of 4 December": when it held is the claim's window
             skip.update(t.i for t in child.subtree)
     words = [t for t in token.subtree if t.dep_ != "punct" and t.i not in skip]
     return re.sub(r"\s+", " ", "".join(t.text_with_ws for t in words)).strip()

@@ -708,3 +708,10 @@ def test_a_reason_clause_does_not_cost_the_main_clause_its_verb() -> None:
                        "roof of Hangar 2 is being replaced over the winter.")
     assert (d.subject, d.predicate, d.object, d.previous_object) == ("night shift", "located_in", "Hangar 5",
                                                                      "Hangar 2")
+
+
+def test_a_measure_keeps_its_population_and_drops_its_as_of_date() -> None:
+    """"as of 30 June" is when the figure held (the claim's window), and "among agency staff"
+    says whose figure it is; a noun the tagger reads as an adverb inside the phrase stays."""
+    d = one("Flu jab uptake among agency staff is 58 percent as of 30 June 2026.")
+    assert d.statement == "Flu jab uptake among agency staff: 58 percent"
