@@ -1164,8 +1164,10 @@ def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Rea
         return [Reading("reported", subject=_np_text(c.subjects[0]), label=text)]
     if base in _THINK and c.ccomp is not None:
         return [Reading("nonfact", mood="opinion", label=text)]
-    # plans and intentions: "will", "plans to", "is going to"
+    # plans and intentions: "will", "plans to", "is going to", and a resolution's deadline
+    # ("that the archive be moved to the Old Deanery by 31 March 2027": to be done, not done)
     if c.modal == "will" or (base in _PLAN_VERBS and c.xcomp is not None) or (
+            _subjunctive(c) and any(_is_time(t) for t in c.preps.get("by", []))) or (
             base == "go" and c.xcomp is not None and any(t.lower_ == "going" for t in [c.head])):
         rest = _predicate_text(c)
         return [Reading("plan", subject=_np_text(c.subjects[0]) if c.subjects else None, mood="plan", label=text,
@@ -1214,6 +1216,14 @@ def _read_clause(c: _Clause, sentence: Any, *, former: bool = False) -> list[Rea
 
 _CLAUSE_DEPS = frozenset({"relcl", "advcl", "ccomp", "parataxis", "punct", "mark", "cc", "conj", "intj", "dep",
                           "nsubj", "nsubjpass", "csubj", "expl", "discourse", "meta"})
+
+
+def _subjunctive(c: _Clause) -> bool:
+    """"that Ms Onyango chair the committee", "that the archive be moved": a base-form verb
+    with a subject and no auxiliary to carry tense (what a resolution or request asks for)."""
+    aux = [a for a in c.head.children if a.dep_ in ("aux", "auxpass")]
+    return bool(c.subjects) and c.modal is None and not any(s.lower_ in _PRONOUNS for s in c.subjects) and (
+        (c.head.tag_ == "VB" and not aux) or (len(aux) == 1 and aux[0].lower_ == "be" and aux[0].dep_ == "auxpass"))
 
 
 def _predicate_text(c: _Clause) -> str | None:

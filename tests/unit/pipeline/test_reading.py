@@ -715,3 +715,10 @@ def test_a_measure_keeps_its_population_and_drops_its_as_of_date() -> None:
     says whose figure it is; a noun the tagger reads as an adverb inside the phrase stays."""
     d = one("Flu jab uptake among agency staff is 58 percent as of 30 June 2026.")
     assert d.statement == "Flu jab uptake among agency staff: 58 percent"
+
+
+def test_a_resolution_with_a_deadline_is_to_be_done_not_done() -> None:
+    found, _ = drafts("The records store be moved to the Quay Street depot by 30 September 2027.")
+    assert [d.kind for d in found] == ["observation"] and not any(d.predicate == "located_in" for d in found)
+    (d,), _ = drafts("The records store be moved to the Quay Street depot from 1 October 2026.")
+    assert (d.subject, d.predicate, d.object) == ("records store", "located_in", "Quay Street depot")
