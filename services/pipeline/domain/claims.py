@@ -1865,6 +1865,30 @@ def _temporal_class(content: str, precision: str) -> str:
 _RELATIVE_ANTECEDENT_RE = re.compile(r"\b([A-Z][\w'’-]+(?:\s+[A-Z][\w'’-]+){0,3}),\s+who\b[^,;:.!?()]*$")
 
 
+def _possessor_subject(document: str, part: _Part, start: int) -> tuple[str, tuple[int, int]] | None:
+    """"Blood Sciences uses WinPath as its laboratory system", "Osteria Lume gets its truffles
+    from …": a possessive "its" is bound by the subject of its own clause when that subject
+    is a named thing (not a person, not a pronoun) written before it."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[part.start:part.end])
+    token = next((t for t in doc if t.idx == start - part.start), None)
+    if token is None or token.dep_ != "poss":
+        return None
+    verb = token.head
+    while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:
+        verb = verb.head
+    subject = next((c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")), None)
+    if subject is None or subject.i > token.i or subject.pos_ != "PROPN" or subject.ent_type_ == "PERSON":
+        return None
+    first = subject  # the name's own words: its compounds, not a date the parser hung on it
+    while first.i > 0 and doc[first.i - 1].head.i in (subject.i, first.i) and doc[first.i - 1].dep_ == "compound" \
+            and doc[first.i - 1].ent_type_ not in ("DATE", "TIME"):
+        first = doc[first.i - 1]
+    begin, finish = part.start + first.idx, part.start + subject.idx + len(subject.text)
+    return document[begin:finish], (begin, finish)
+
+
 def _relative_antecedent(document: str, sentence: _Sentence, start: int) -> tuple[str, tuple[int, int]] | None:
     """"replacing Marco Bellini, who is now writing up his thesis": a pronoun inside a "who"
     clause is the person the clause is about."""
@@ -1935,7 +1959,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
         elif base in ("it", "its", "itself"):
             if base == "it" and _EXPLETIVE_IT_RE.match(text[match.end(1) - (2 if "'" in lowered else 0):]):
                 continue
-            antecedent = _unique_definite_np(ctx, sentence, start)
+            antecedent = _unique_definite_np(ctx, sentence, start) or (
+                _possessor_subject(document, part, start) if base == "its" and ctx.parsed else None)
             if antecedent is None:
                 return word
             noun, span = antecedent

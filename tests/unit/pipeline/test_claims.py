@@ -621,3 +621,11 @@ def test_a_resolution_is_read_whatever_its_reference_and_the_subjunctive_keeps_i
                      "B/26/11 RESOLVED that Ms Ruth Onyango chair the Estates Committee from 2 June 2026.\n", said)
     assert found == {"The tool library be moved to the Mill Lane unit from 1 July 2026.": (date(2026, 7, 1), "open"),
                      "Ms Ruth Onyango chair the Estates Committee from 2 June 2026.": (date(2026, 6, 2), "open")}
+
+
+def test_a_possessive_its_is_bound_by_the_named_thing_its_clause_is_about() -> None:
+    said = datetime(2026, 6, 10, 9, tzinfo=UTC)
+    found = _windows("# Lab handbook\n\nHaematology uses Sunquest as its laboratory system.\n"
+                     "Since March the Harbour Trust has kept its archive in Leith.\n", said)
+    assert set(found) == {"Haematology uses Sunquest as Haematology's laboratory system.",
+                          "Since March 2026 the Harbour Trust has kept Harbour Trust's archive in Leith."}
