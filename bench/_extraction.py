@@ -210,19 +210,16 @@ class Memory:
                 if f.superseded_by is None and f.window.valid_until is None}
 
 
-def _closed(window: Window, at: dt.datetime) -> Window:
-    return Window(window.valid_from, at, "day" if window.precision in ("open", "unknown") else window.precision)
-
-
 def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: AssertionDraft) -> None:
     if verdict.outcome == "drop":
         if verdict.reason == "pending_end" and a.object_id is not None:
-            memory.pending_ends.append((a.subject_id, a.object_id, PendingEnd(a.window.valid_from, a.said_at)))
+            memory.pending_ends.append((a.subject_id, a.object_id, PendingEnd(a.window.valid_from, a.said_at,
+                                                                              precision=a.window.precision)))
         return
     if verdict.outcome == "end":
         for fact_id, at in verdict.supersede:
             held = memory.facts[fact_id]
-            held.window = _closed(held.window, at) if at is not None else held.window
+            held.window = held.window.ended(at, verdict.end_precision) if at is not None else held.window
         return
     if verdict.outcome in ("noop", "update", "contradict_evidence"):
         assert verdict.target is not None
@@ -238,7 +235,7 @@ def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: Ass
     superseded_by = verdict.closed_by[0] if verdict.closed_by is not None else None
     closed_at = verdict.closed_at()
     if closed_at is not None:
-        window = _closed(window, closed_at)
+        window = window.ended(closed_at, verdict.end_precision)
     group = None
     if verdict.outcome == "contradict":
         group = next((memory.facts[g].contradiction_group for g in verdict.group_with
@@ -252,7 +249,7 @@ def _apply(memory: Memory, a: Incoming, verdict: Verdict, label: str, draft: Ass
         held = memory.facts[predecessor]
         held.superseded_by = fact_id
         if at is not None:
-            held.window = _closed(held.window, at)
+            held.window = held.window.ended(at)
 
 
 @dataclass(frozen=True)
@@ -298,7 +295,8 @@ async def _adjudicate(memory: Memory, view: ClaimView, draft: AssertionDraft) ->
                         draft.change_kind, previous_object_id=previous_id, previous_value=draft.previous_value,
                         attribute=attribute_key(draft.statement or "", normalize_name(subject_name)),
                         statement_key=normalize_name(draft.statement or ""), ends=bool(draft.features.get("ends")),
-                        said_at=view.asserted_at, until_claim=bool(draft.features.get("until_claim")))
+                        said_at=view.asserted_at, until_claim=bool(draft.features.get("until_claim")),
+                        schedule=bool(draft.features.get("schedule")))
     ends = [end for s, o, end in memory.pending_ends if s == subject_id and o == object_id]
     verdict = decide(incoming, memory.views(incoming), pending_ends=ends)
     label = (relation_label(subject_name, draft.predicate or "", object_name or "") if draft.kind == "relation"

@@ -410,13 +410,14 @@ async def pending_ends(conn: asyncpg.Connection, space_id: uuid.UUID, subject_id
     if object_id is None:
         return []
     rows = await conn.fetch(
-        """SELECT a.valid_from, c.asserted_at, a.claim_id, c.doc_id FROM assertions a
+        """SELECT a.valid_from, a.valid_precision, c.asserted_at, a.claim_id, c.doc_id FROM assertions a
              JOIN claims c ON c.claim_id = a.claim_id AND c.space_id = a.space_id
              JOIN mentions sm ON sm.mention_id = a.subject_mention_id AND sm.space_id = a.space_id
              JOIN mentions om ON om.mention_id = a.object_mention_id AND om.space_id = a.space_id
             WHERE a.space_id = $1 AND a.kind = 'relation' AND a.features->>'dropped' = 'pending_end'
               AND sm.resolved_entity_id = $2 AND om.resolved_entity_id = $3""", space_id, subject_id, object_id)
-    return [PendingEnd(r["valid_from"], r["asserted_at"], (r["claim_id"], r["doc_id"])) for r in rows]
+    return [PendingEnd(r["valid_from"], r["asserted_at"], (r["claim_id"], r["doc_id"]), r["valid_precision"])
+            for r in rows]
 
 
 async def drop_assertion(conn: asyncpg.Connection, assertion_id: uuid.UUID, reason: str | None) -> None:
@@ -469,8 +470,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
         for ended, at in verdict.supersede:
             before = await conn.fetchrow("SELECT valid_from, valid_until, valid_precision FROM facts "
                                          "WHERE fact_id = $1", ended)
-            after = Window(before["valid_from"], at, "day" if before["valid_precision"] in ("open", "unknown")
-                           else before["valid_precision"])
+            after = _window(before).ended(at, verdict.end_precision)
             await conn.execute("UPDATE facts SET valid_until = $2, valid_precision = $3 WHERE fact_id = $1",
                                ended, after.valid_until, after.precision)
             transcript.add_evidence(space_id, ended, claim_id, doc_id, "supports")
@@ -506,7 +506,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
         closer = verdict.closed_by[0] if verdict.closed_by is not None else None
         closed_at = verdict.closed_at()
         if closed_at is not None:
-            w = Window(w.valid_from, closed_at, "day" if w.precision in ("open", "unknown") else w.precision)
+            w = w.ended(closed_at, verdict.end_precision)
         group = None
         if verdict.outcome == "contradict":
             existing = await conn.fetchval(
@@ -541,8 +541,7 @@ async def apply(conn: asyncpg.Connection, *, space_id: uuid.UUID, incoming: Inco
                 "SELECT kind, valid_from, valid_until, valid_precision FROM facts WHERE fact_id = $1", predecessor)
             after = _window(before)
             if close_at is not None:
-                after = Window(after.valid_from, close_at, "day" if after.precision in ("open", "unknown")
-                               else after.precision)
+                after = after.ended(close_at)
             await conn.execute(
                 "UPDATE facts SET superseded_by = $2, valid_until = $3, valid_precision = $4 WHERE fact_id = $1",
                 predecessor, fact_id, after.valid_until, after.precision)

@@ -185,7 +185,7 @@ class FactsWriter:
                 attribute=attribute_key(r["statement"] or "", subject_key),
                 statement_key=fs.statement_key(r["statement"]),
                 ends=bool(features.get("ends")), said_at=r["asserted_at"],
-                until_claim=bool(features.get("until_claim")),
+                until_claim=bool(features.get("until_claim")), schedule=bool(features.get("schedule")),
             )
             candidates = await fs.fact_views(conn, space_id, incoming, r["subject_name"])
             ends = (await fs.pending_ends(conn, space_id, r["subject_id"], r["object_id"])

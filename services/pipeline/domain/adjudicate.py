@@ -58,6 +58,7 @@ class Incoming:
     said_at: dt.datetime | None = None
     # "from A to B": the A the same claim names, which held until B began
     until_claim: bool = False
+    schedule: bool = False  # a date a thing is set for ("launch: 14 May"): its window is its value
 
 
 def said_day(said_at: dt.datetime) -> dt.datetime:
@@ -74,6 +75,7 @@ class PendingEnd:
     at: dt.datetime | None
     said_at: dt.datetime | None = None
     evidence: tuple[uuid.UUID, uuid.UUID] | None = None  # its claim and document
+    precision: str | None = None  # its stated date's ("left in April": month)
 
     def closes(self, fact_said_at: dt.datetime | None, start: dt.datetime | None) -> dt.datetime | None:
         """When it ends a fact said at ``fact_said_at`` that starts at ``start`` (None: not)."""
@@ -100,6 +102,8 @@ class Verdict:
     # that end's claim (and document) is its evidence, as when the end arrives second
     ended_at: dt.datetime | None = None
     ended_by: tuple[uuid.UUID, uuid.UUID] | None = None
+    # the precision of the end an "end" verdict (or an end read first) states
+    end_precision: str | None = None
 
     def closed_at(self) -> dt.datetime | None:
         """When a fact this verdict adds is already over: the earlier of an end read before
@@ -137,6 +141,17 @@ def _better(new: Window, old: Window) -> bool:
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def _bounded(window: Window) -> bool:
+    return window.valid_until is not None and window.precision != "open"
+
+
+def _apart(a: Incoming, c: FactView) -> bool:
+    """Values of one attribute held for periods that do not meet ("MRR reached 182,000 USD in
+    March", "fell to 5.8 days in May"; not the dates a thing is set for): neither replaces the
+    other, whichever is read first."""
+    return not a.schedule and _bounded(a.window) and _bounded(c.window) and not _overlap(a.window, c.window)
 
 
 def _closes(candidate: FactView, at: dt.datetime | None) -> bool:
@@ -217,7 +232,7 @@ def decide(incoming: Incoming, candidates: Sequence[FactView], *, floor: float =
             at, end = ends[0]
             verdict = Verdict(verdict.outcome, verdict.confidence, verdict.target, verdict.window, verdict.supersede,
                               verdict.group_with, verdict.reason, verdict.features, verdict.closed_by, at,
-                              end.evidence)
+                              end.evidence, end.precision if end.at is not None else None)
     if verdict.outcome in ("noop", "update") and verdict.confidence < floor:
         return Verdict("add", verdict.confidence, window=incoming.window, reason="below_confidence_floor",
                        features={"would_have": verdict.outcome, "target": str(verdict.target)})
@@ -328,7 +343,7 @@ def _end(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     if not live:
         return Verdict("noop", 0.95, target=targets[0].fact_id, reason="already_ended")
     return Verdict("end", 0.9, target=live[0].fact_id, supersede=tuple((c.fact_id, at) for c in live),
-                   reason="ended")
+                   reason="ended", end_precision=a.window.precision if a.window.valid_from is not None else None)
 
 
 def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
@@ -359,7 +374,7 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
                        and c.window.valid_from is not None and (start is None or c.window.valid_from > start)]
         later_said = [c for c, _ in related if c.change_kind in ("succession", "correction")
                       and c.window.precision != "open" and c.said_at is not None and a.said_at is not None
-                      and c.said_at > a.said_at]
+                      and c.said_at > a.said_at and not _apart(a, c)]
         if later_state:
             first = min(later_state, key=lambda c: (c.window.valid_from, str(c.fact_id)))
             return Verdict("add", 0.9, window=a.window, reason="predecessor",
@@ -372,6 +387,8 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
     if a.change_kind in ("succession", "correction"):
         start = a.window.valid_from if (a.valid_kind in ("effective_period", "proposition_validity")
                                         or a.window.precision == "open") else None
+        overlap = related[0][1]
+        related = [(c, score) for c, score in related if not _apart(a, c)]
         # an undated change said before a value already held ("raised to 4.5" on 5 January,
         # "is now 4.4" on 16 February) is followed by it, as if it had come first
         later = [c for c, _ in related if start is None and not c.superseded and c.said_at is not None
@@ -382,9 +399,11 @@ def _observation(a: Incoming, candidates: Sequence[FactView]) -> Verdict:
             follower = min(later, key=lambda c: (c.said_at, str(c.fact_id)))
             closed_by = (follower.fact_id, follower.window.valid_from if follower.window.precision == "open" else None)
         return Verdict("add", 0.9, window=a.window, supersede=closing, reason="successor",
-                       features={"attribute_overlap": related[0][1]}, closed_by=closed_by)
+                       features={"attribute_overlap": overlap}, closed_by=closed_by)
+    # two values held for periods that do not meet (March's and April's MRR) do not conflict;
+    # two dates one thing is set for do
     conflicting = [c for c, _ in related if not c.superseded and a.window.known and c.window.known
-                   and a.window != c.window]
+                   and a.window != c.window and not _apart(a, c)]
     if conflicting:
         return Verdict("contradict", 0.85, window=a.window, group_with=tuple(c.fact_id for c in conflicting),
                        reason="incompatible_value", features={"attribute_overlap": related[0][1]})

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from services.pipeline.domain import timeparse
 from services.pipeline.domain.entities import compatible
 from services.platform.text import fold, normalize_name
 
@@ -460,7 +461,9 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                 # a value measured over a period ("fell to 0.4 percent in June") holds for that period
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
                 drafts.extend(attribute_drafts(anchor, attribute, value, change, previous=r.previous,
-                                               previous_value=previous_value, state=state, extra=extra))
+                                               previous_value=previous_value, state=state,
+                                               schedule=bool(r.features.get("schedule")) and bool(
+                                                   timeparse.find_time_expressions(value, None)), extra=extra))
                 continue
         if r.kind == "nonfact":
             continue
@@ -589,11 +592,11 @@ def succession_drafts(claim: ClaimView, successor: str, predecessor: str,
 
 
 def attribute_drafts(anchor: str, attribute: str, value: str, change: str, *, previous: str | None = None,
-                     previous_value: str | None = None, state: bool = False,
+                     previous_value: str | None = None, state: bool = False, schedule: bool = False,
                      extra: dict[str, object] | None = None) -> list[AssertionDraft]:
     """The drafts one attribute value makes: the canonical observation ("Q3 marketing budget:
     90,000 EUR") and, for a state changed "from 40,000 EUR to 25,000 EUR", the old value that
-    held until then."""
+    held until then. ``schedule``: the value is the date a thing is set for."""
     extra = dict(extra or {})
     drafts: list[AssertionDraft] = []
     if state and previous and change == "succession":
@@ -603,7 +606,7 @@ def attribute_drafts(anchor: str, attribute: str, value: str, change: str, *, pr
     drafts.append(AssertionDraft("observation", anchor, statement=f"{attribute}: {value}", change_kind=change,
                                  previous_value=previous_value,
                                  features={**extra, "attribute": attribute, "value": value,
-                                           "state": state}))
+                                           "state": state, **({"schedule": True} if schedule else {})}))
     return drafts
 
 
@@ -750,6 +753,14 @@ class Window:
     def complete(self) -> bool:
         return self.valid_from is not None and (self.valid_until is not None or self.precision == "open")
 
+    def ended(self, at: dt.datetime | None, precision: str | None = None) -> Window:
+        """This window closed at ``at``: with the precision of the end when it says one ("left at
+        the end of April": month), else this window's, and a day for one that was open or
+        unknown. The same whichever of the start and the end was read first."""
+        if precision in (None, "open", "unknown"):
+            precision = "day" if self.precision in ("open", "unknown") else self.precision
+        return Window(self.valid_from, at, precision)
+
     def as_json(self) -> dict[str, object]:
         return {"valid_from": self.valid_from.isoformat() if self.valid_from else None,
                 "valid_until": self.valid_until.isoformat() if self.valid_until else None,
@@ -772,6 +783,10 @@ def _next(value: dt.datetime, precision: str) -> dt.datetime:
     if precision == "year":
         return value.replace(year=value.year + 1, month=1, day=1)
     return value
+
+
+_PERIOD_END = re.compile(r"\b(?:at|by)\s+the\s+end\s+of\b|(?<!\w)end\s+of\s+(?!the\s+(?:day|week)\b)",
+                         re.IGNORECASE)
 
 
 def canonical_window(valid_from: dt.datetime | None, valid_until: dt.datetime | None, precision: str) -> Window:
@@ -806,6 +821,10 @@ def claim_window(claim: ClaimView, draft: AssertionDraft) -> Window:
     if draft.features.get("undated"):
         return UNKNOWN
     window = canonical_window(claim.valid_from, claim.valid_until, claim.valid_precision)
+    if (draft.features.get("ends") or draft.features.get("until_claim")) and window.valid_until is not None \
+            and window.precision in ("month", "quarter", "year") and _PERIOD_END.search(claim.claim_text):
+        # "left the rota at the end of April": what ends, ends as the period closes
+        window = Window(window.valid_until, _next(window.valid_until, window.precision), window.precision)
     until, since = draft.features.get("until"), draft.features.get("since")
     if isinstance(since, str):
         return Window(dt.datetime.fromisoformat(since), None, "open")  # a start another claim dated

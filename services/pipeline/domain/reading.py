@@ -681,6 +681,12 @@ _DISCOURSE_PREFIX = re.compile(r"^\s*(?:(?P<correction>correction|corrected|erra
                                r"(?:\s+(?:to|on|from|for)\s+[^:]{1,60})?\s*:\s+(?=\S)", re.IGNORECASE)
 
 
+def _with_prefix_of(text: str, clause: str) -> str:
+    """``clause`` under the correction frame ``text`` opens with, if any ("Correction: …")."""
+    match = _DISCOURSE_PREFIX.match(text)
+    return f"{match.group(0)}{clause}" if match is not None and match.group("correction") else clause
+
+
 def _without_prefix(text: str) -> tuple[str, bool]:
     """"Correction to last week's notes: X" → ("X", True); "Update: X" → ("X", False)."""
     match = _DISCOURSE_PREFIX.match(text)
@@ -793,6 +799,12 @@ def read(text: str) -> list[Reading]:
     if key_value is not None and value and len(value.split()) <= 6 and re.search(r"\d", value):
         name = _without_trailing_time(key_value.group("name").strip())
         return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(value), "none", text, state=False)]
+    parts = [c.strip() for c in re.split(r";\s+", text)]
+    if len(parts) > 1 and all(len(c.split()) >= 3 for c in parts):
+        # "March MRR was 178,500 USD, not 182,000 USD; the earlier figure double-counted an
+        # invoice": clauses a semicolon joins are read apart (the parser hangs the second on
+        # the first's value), the first keeping the prefix that frames them
+        return [r for c in (parts[0], *(_with_prefix_of(text, c) for c in parts[1:])) for r in read(c)]
     corrected = _without_prefix(text)[1]
     # "Starting 1 June, Carmen will manage the desk": a state with a stated start, not a plan
     starts = bool(_STATED_START.match(_without_prefix(text)[0]))

@@ -61,13 +61,15 @@ HELDOUT_SCENARIOS = load_corpus(HELDOUT)
 # batch 11 0.53 / 0.44; blind batches 7 and 9 moved to 0.36 / 0.26 and 0.57 / 0.49.
 # Session 18's readings, from batch 11 (reports on record, alternatives set aside, weekday
 # dates, reason clauses): batch 11 0.56 / 0.48; blind batch 7 0.37 / 0.27, the rest unchanged.
+# Batch 12 (development, written in session 18 by a writer who saw only the format and batch
+# 1) scored 0.63 / 0.53 when written, before any change for it.
 HELDOUT_FLOORS = {"batches 1-2": (0.85, 0.85), "batch 3": (0.88, 0.92), "batch 4": (0.58, 0.42),
                   "batch 5": (0.61, 0.51), "batch 6": (0.76, 0.72),
                   "batch 7": (0.27, 0.18), "batch 8": (0.82, 0.78), "batch 9": (0.50, 0.40),
-                  "batch 10": (0.06, 0.02), "batch 11": (0.49, 0.40)}
+                  "batch 10": (0.06, 0.02), "batch 11": (0.49, 0.40), "batch 12": (0.58, 0.48)}
 HELDOUT_BATCHES = {"batches 1-2": {1, 2}, "batch 3": {3}, "batch 4": {4}, "batch 5": {5}, "batch 6": {6},
                    "batch 7": {7}, "batch 8": {8}, "batch 9": {9},
-                   "batch 10": {10}, "batch 11": {11}}
+                   "batch 10": {10}, "batch 11": {11}, "batch 12": {12}}
 
 
 @pytest.mark.parametrize("group", sorted(HELDOUT_FLOORS))
@@ -106,3 +108,41 @@ async def test_ingest_order_does_not_change_facts_windows_or_labels(scenario) ->
         outcomes[order] = snapshot(await run_scenario(parse_extractor(), scenario, order))
     first = next(iter(outcomes.values()))
     assert all(outcome == first for outcome in outcomes.values()), outcomes
+
+
+def _scenario(*documents: tuple[str, str]):
+    import datetime as dt
+
+    from bench._extraction import Scenario
+
+    return Scenario("unit", "status", [(dt.datetime.fromisoformat(when), text) for when, text in documents])
+
+
+async def test_an_end_at_the_close_of_a_period_ends_there_whichever_document_comes_first() -> None:
+    scenario = _scenario(
+        ("2026-03-02T09:00:00+00:00", "# Choir notes\n\n- Abebe Girma joined the alto section in January.\n"),
+        ("2026-07-06T09:00:00+00:00", "# Choir notes\n\n- Abebe Girma left the alto section at the end of June.\n"))
+    for order in ([0, 1], [1, 0]):
+        held = {f[0]: f[1:4] for f in snapshot(await run_scenario(parse_extractor(), scenario, order))}
+        window = held["Abebe Girma works on alto section"]
+        assert (window[0].date().isoformat(), window[1].date().isoformat(), window[2]) == (
+            "2026-01-01", "2026-07-01", "month"), order
+
+
+async def test_values_of_periods_that_do_not_meet_neither_replace_nor_contradict_each_other() -> None:
+    """March's figure corrected, April's and May's reported: each month keeps its own value,
+    the corrected one goes, and no order of the reports says otherwise."""
+    scenario = _scenario(
+        ("2026-04-02T09:00:00+00:00", "# Orchard co-op, March\n\n- Cider sales reached 8,200 litres in March 2026.\n"),
+        ("2026-05-04T09:00:00+00:00", "# Orchard co-op, April\n\n- Correction: March cider sales were 7,900 litres, "
+                                      "not 8,200 litres.\n- Cider sales reached 9,050 litres in April 2026.\n"),
+        ("2026-06-01T09:00:00+00:00", "# Orchard co-op, May\n\n- Cider sales reached 9,400 litres in May 2026.\n"))
+    seen = set()
+    for order in itertools.permutations(range(3)):
+        memory = await run_scenario(parse_extractor(), scenario, list(order))
+        values = {f.label: (f.window.valid_from.month, f.superseded_by is None, f.contradiction_group is None)
+                  for f in memory.facts.values() if f.label.startswith("Cider sales")}
+        assert values == {"Cider sales: 7,900 litres": (3, True, True), "Cider sales: 8,200 litres": (3, False, True),
+                          "Cider sales: 9,050 litres": (4, True, True), "Cider sales: 9,400 litres": (5, True, True)}
+        seen.add(tuple(snapshot(memory)))
+    assert len(seen) == 1
