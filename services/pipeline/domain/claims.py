@@ -325,6 +325,7 @@ background
 _ABBREVIATIONS = frozenset("""
 e.g. i.e. etc. vs. v. dr. mr. mrs. ms. prof. sr. jr. st. inc. ltd. co. corp. approx. no. nos. fig. cf. al. a.m. p.m.
 u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. oct. nov. dec. mt. ave. dept. est. min. max. ca. incl. resp.
+capt. cllr. rev. revd. fr. sgt. lt. col. gen. cmdr. cdr. adm. gov. sen. rep. hon. insp. supt. det. cpl. maj.
 """.split())
 
 # --------------------------------------------------------------------------- regular expressions

@@ -313,9 +313,11 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
     # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
-    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in _HONORIFICS and tokens[1].text[:1].isupper() \
-            and tokens[1].is_alpha:
-        tokens = tokens[1:]
+    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in _HONORIFICS:
+        rest = tokens[2:] if tokens[1].text == "." else tokens[1:]  # "Capt. Nils Johansson"
+        if len(rest) < 2 or not (rest[0].text[:1].isupper() and rest[0].is_alpha):
+            break
+        tokens = rest
     # "p95 latency of the search API": articles inside a name say nothing either
     tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
     # "the internal tool Quasar", "our CRM system Hubbl": a kind noun before a name is no part of it
@@ -625,7 +627,11 @@ def _non_time(tokens: list[Any] | None) -> Any | None:
 
 def _date_text(token: Any) -> str:
     span = [t for t in token.subtree if t.dep_ != "punct"]
-    return re.sub(r"\s+", " ", "".join(t.text_with_ws for t in span)).strip(" ,.;")
+    doc = token.doc
+    # a comma left out leaves its space ("27 March 2026, not 20 March")
+    text = "".join(t.text + " " if t.i + 1 < len(doc) and doc[t.i + 1].text in (",", ";") else t.text_with_ws
+                   for t in span)
+    return re.sub(r"\s+", " ", text).strip(" ,.;")
 
 
 # ------------------------------------------------------------------------- reading
@@ -666,10 +672,15 @@ _REASON_TAIL = re.compile(r",\s+(?:because|due to|so that|in order to)\s[^;]*$",
                           re.IGNORECASE)
 
 
+# "Capt. Nils Johansson": a title's full stop is not the end of the sentence
+_TITLE_STOP = re.compile(r"\b(Capt|Cllr|Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Revd|Fr|Sgt|Lt|Col|Gen|Insp|Supt|Det|Maj|Cdr)"
+                         r"\.(?=\s+[A-Z])")
+
+
 @lru_cache(maxsize=8192)
 def prepared(text: str) -> str:
     """The text the parser reads for a claim (see :func:`read`)."""
-    text = _without_leading_time(_without_prefix(text)[0])
+    text = _TITLE_STOP.sub(r"\1", _without_leading_time(_without_prefix(text)[0]))
     reason = _REASON_TAIL.search(text)
     if reason is not None and len(text[:reason.start()].split()) >= 4:
         text = text[:reason.start()] + "."
@@ -1651,9 +1662,15 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     return None
 
 
+_WEEKDAY_PREFIX = re.compile(r"^(?:the\s+|(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+(?=\S*\d))", re.IGNORECASE)
+
+
 def _value_of(token: Any) -> str:
     if token.ent_type_ in ("DATE", "TIME"):
-        return re.sub(r"^the\s+", "", _date_text(token), flags=re.IGNORECASE)  # "(in) the second half of 2026"
+        # "(in) the second half of 2026", "Thursday 5 February 2026": the date itself; "27 March,
+        # not 20 March": the date corrected away is no part of it
+        text = re.split(r",?\s+not\s+", _date_text(token), maxsplit=1)[0]
+        return _WEEKDAY_PREFIX.sub("", text)
     if not _is_valueish(token):
         return _np_text(token)
     skip: set[int] = set()

@@ -722,3 +722,16 @@ def test_a_resolution_with_a_deadline_is_to_be_done_not_done() -> None:
     assert [d.kind for d in found] == ["observation"] and not any(d.predicate == "located_in" for d in found)
     (d,), _ = drafts("The records store be moved to the Quay Street depot from 1 October 2026.")
     assert (d.subject, d.predicate, d.object) == ("records store", "located_in", "Quay Street depot")
+
+
+@pytest.mark.parametrize("text, label", [
+    ("The tender deadline is Friday 12 June 2026.", "tender deadline: 12 June 2026"),
+    ("The board review is on 9 July 2026, not 2 July.", "board review: 9 July 2026"),
+])
+def test_a_date_value_is_the_date_alone(text: str, label: str) -> None:
+    assert one(text).statement == label
+
+
+def test_a_title_with_its_full_stop_is_no_part_of_the_name() -> None:
+    d = one("The harbour pilots report to Capt. Ingrid Solheim.")
+    assert (d.subject, d.predicate, d.object) == ("harbour pilots", "reports_to", "Ingrid Solheim")
