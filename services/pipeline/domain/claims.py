@@ -511,7 +511,7 @@ _DEFINITE_NAMED_NP_RE = re.compile(
 )
 _TITLE_REFERENCE_RE = re.compile(r"(?<![\w])([Tt]he)\s+([a-z][a-z-]+)(?![\w-])")
 _PRONOUN_RE = re.compile(
-    r"(?<![\w'’])([Ii]['’](?:m|ve|ll|d)|I|i(?=\s)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
+    r"(?<![\w'’])([Ii]['’](?:m|ve|ll|d)|[Ii](?:m|ve)(?=\s)|I|i(?=\s)|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself|[Ww]e['’](?:re|ve|ll|d)|[Ww]e|[Uu]s|[Oo]ur"
     r"|[Oo]urs|[Oo]urselves|[Hh]e['’](?:s|ll|d)|[Hh]e|[Hh]im|[Hh]is|[Hh]imself|[Ss]he['’](?:s|ll|d)|[Ss]he|[Hh]er"
     r"|[Hh]ers|[Hh]erself|[Ii]t['’]s|[Ii]t|[Ii]ts|[Ii]tself|[Tt]hey['’](?:re|ve|ll|d)|[Tt]hey|[Tt]hem|[Tt]heir"
     r"|[Tt]heirs|[Tt]hemselves|[Yy]ou['’](?:re|ve|ll|d)|[Yy]ou|[Yy]our|[Yy]ours|[Yy]ourself)(?![\w'’])"
@@ -1910,6 +1910,10 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
     for match in _PRONOUN_RE.finditer(text, frame.end() if frame else 0):
         word = match.group(1)
         lowered = word.lower().replace("’", "'")
+        if lowered in ("im", "ive"):  # "im on the netcode team now": chat leaves out the apostrophe
+            if sentence.unit.speaker is None:
+                continue
+            lowered = {"im": "i'm", "ive": "i've"}[lowered]
         start, end = part.start + match.start(1), part.start + match.end(1)
         following = _tokens(text[match.end(1):match.end(1) + 40])
         next_word = following[0] if following else None

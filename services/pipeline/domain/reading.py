@@ -129,6 +129,7 @@ _FACTIVE = frozenset("note confirm announce notice realise realize discover ackn
 # verbs that put a figure on record: "reported reserves of 212,000 GBP"
 _RECORD = frozenset("report post record announce log declare show".split())
 _THINK = frozenset("think believe feel guess reckon suspect doubt fear hope worry".split())
+_STANDING_PARTICIPLES = frozenset("report work lead manage head own run".split())
 _PLAN_VERBS = frozenset("plan intend aim hope want mean expect propose".split())
 _HYPO_AUX = frozenset("would could might may should must ought".split())
 _OPINION_ADJ = frozenset("""great good bad terrible awful awesome amazing excellent wonderful fantastic brilliant
@@ -422,7 +423,8 @@ def _is_place(token: Any) -> bool:
 # nouns that name where a thing is kept or stands ("the site cabin", "room B012", "Hall 4")
 _PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
 laboratory store storeroom stockroom cupboard cabinet shelf locker shed garage centre center datacenter region
-zone plant factory bay dock annex annexe attic vault hangar terminal quay wharf pier""".split())
+zone plant factory bay dock annex annexe attic vault hangar terminal quay wharf pier farm mill barn station port
+harbour airport park clinic hospital library museum school church chapel cathedral premises""".split())
 
 
 def _names_a_system(token: Any) -> bool:
@@ -848,6 +850,13 @@ def read(text: str) -> list[Reading]:
         heads += [c for c in root.children if c.dep_ == "advcl" and c.tag_ == "VBN"
                   and any(a.dep_ == "aux" and a.lower_ == "having" for a in c.children)
                   and not any(s.dep_.startswith("nsubj") for s in c.children)]
+        # "is on the netcode team now, reporting to Ayesha": a participle of a standing relation
+        # after a comma says what the subject does too
+        standing = [c for c in root.children if c.dep_ == "advcl" and c.tag_ == "VBG" and c.i > root.i
+                    and c.lemma_.lower() in _STANDING_PARTICIPLES and c.left_edge.i > sentence.start
+                    and c.doc[c.left_edge.i - 1].text == ","
+                    and not any(s.dep_.startswith("nsubj") for s in c.children)]
+        heads += standing
         # "Eva owns the budget, so she will check": a clause of its own, with its own subject
         heads += [c for c in root.children if c.dep_ == "advcl" and c.pos_ in ("VERB", "AUX")
                   and any(s.dep_ in ("nsubj", "nsubjpass") for s in c.children)
@@ -956,6 +965,9 @@ def read(text: str) -> list[Reading]:
                                                                    and not _dated_within(sentence, head, dates)):
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
+            if head in standing:  # "joined the data team in May, reporting to Li": from then on
+                main = [_replace(r, change="succession") if r.kind == "relation" and r.change == "none" else r
+                        for r in main]
             successor = _elliptical_holder(clause)
             if successor is not None:  # it may only name who holds what an end let go (facts.py)
                 holder, of = successor

@@ -735,3 +735,21 @@ def test_a_date_value_is_the_date_alone(text: str, label: str) -> None:
 def test_a_title_with_its_full_stop_is_no_part_of_the_name() -> None:
     d = one("The harbour pilots report to Capt. Ingrid Solheim.")
     assert (d.subject, d.predicate, d.object) == ("harbour pilots", "reports_to", "Ingrid Solheim")
+
+
+def test_a_standing_participle_after_a_comma_says_what_the_subject_does_from_then() -> None:
+    found, _ = drafts("Ama Owusu joined the tax team in March 2026, reporting to Piet de Vries.")
+    assert {(d.subject, d.predicate, d.object, d.change_kind) for d in found} == {
+        ("Ama Owusu", "works_on", "tax team", "succession"), ("Ama Owusu", "reports_to", "Piet de Vries", "succession")}
+
+
+def test_a_thing_at_a_farm_or_a_station_is_located_there() -> None:
+    d = one("The spare baler is at Brook End Farm.")
+    assert (d.subject, d.predicate, d.object) == ("spare baler", "located_in", "Brook End Farm")
+
+
+def test_chat_contractions_without_an_apostrophe_are_the_speaker() -> None:
+    text = "[t1 | 2026-09-14T16:25:00Z] Dario Ferri: im on the netcode team now\n"
+    item = ExtractionInput(text, Passage("p", 0, len(text)), SAID, None)
+    (claim,) = extract_parsed_claims(item)[0]
+    assert claim.claim_text == "Dario Ferri is on the netcode team now."
