@@ -5,7 +5,7 @@ import warnings
 
 from testament.graph.v1 import graph_pb2 as testament_dot_graph_dot_v1_dot_graph__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

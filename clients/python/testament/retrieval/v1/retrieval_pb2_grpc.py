@@ -5,7 +5,7 @@ import warnings
 
 from testament.retrieval.v1 import retrieval_pb2 as testament_dot_retrieval_dot_v1_dot_retrieval__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
