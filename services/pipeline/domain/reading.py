@@ -114,7 +114,7 @@ _MOVE = frozenset({"move", "switch", "transfer", "migrate", "relocate", "shift",
 _END = frozenset({"leave", "step down", "quit", "resign", "step back", "roll off", "retire", "exit", "depart",
                   "step away", "drop out", "stop", "stand down", "step aside", "stand aside"})
 _VALUE_CHANGE = frozenset("""cut raise increase reduce lower lift trim slash boost double halve set change adjust bump
-revise update drop rise fall grow decrease climb go up go down jump shrink expand extend cap""".split())
+revise update drop rise fall grow decrease climb jump shrink expand extend cap""".split()) | {"go up", "go down"}
 _RESCHEDULE = frozenset({"postpone", "delay", "push", "push back", "push out", "slip", "reschedule", "defer",
                          "bring forward", "pull in", "move up", "bring", "advance", "pull forward", "slide"})
 _SCHEDULE = frozenset({"plan", "schedule", "set", "due", "expect", "book", "slate", "target"})
@@ -509,8 +509,9 @@ def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
                     _prep_args(obj, into, depth + 1)  # a "from A to B" the parser hung under an object
         elif child.dep_ in ("dobj", "attr", "pobj") and depth < 2 and depth > 0:
             _prep_args(child, into, depth + 1)
-        elif child.dep_ == "advmod" and child.lower_ in ("back", "forward", "out") and child.i == head.i + 1 \
-                and head.lemma_.lower() in ("push", "bring", "pull"):
+        elif child.dep_ == "advmod" and child.i == head.i + 1 and (
+                child.lower_ in ("back", "forward", "out") and head.lemma_.lower() in ("push", "bring", "pull")
+                or child.lower_ in ("up", "down") and head.lemma_.lower() in ("go", "come")):
             _prep_args(child, into, depth)  # "pushed back to 14 August": the particle carries "to"
 
 
@@ -1646,6 +1647,13 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             and not any(t.dep_ in ("det", "poss") for t in platform.children))) \
             and c.subjects and not _is_person_named(c.subjects[0]):
         return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
+    channel = _non_time(c.preps.get("through") or c.preps.get("via"))
+    if base in ("go", "send", "route", "pass", "process", "flow") and not c.objects and channel is not None \
+            and _named(channel) and not _is_place(channel) and not _is_person(channel) and c.subjects \
+            and not _is_person(c.subjects[0]) and not c.negated:
+        # "SMS went through Nexmo", "push notifications are sent through Firebase Cloud Messaging":
+        # the named service a thing passes through is what it uses
+        return _rel(subjects, "uses", _np_text(channel), change, text)
     if base == "take" and len(c.objects) == 1 and c.objects[0].lower_ == "place" and not c.passive \
             and not any(t.dep_ in ("det", "poss", "amod") for t in c.objects[0].children):
         # "rehearsals take place at the Corn Exchange": where the thing happens
@@ -1735,7 +1743,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
-    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift") and to is not None
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift", "go") and to is not None
                                                          and _is_amount(to)):
         ranged = source if source is not None else next(
             (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)

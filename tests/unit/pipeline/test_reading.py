@@ -753,3 +753,14 @@ def test_chat_contractions_without_an_apostrophe_are_the_speaker() -> None:
     item = ExtractionInput(text, Passage("p", 0, len(text)), SAID, None)
     (claim,) = extract_parsed_claims(item)[0]
     assert claim.claim_text == "Dario Ferri is on the netcode team now."
+
+
+def test_what_a_thing_goes_through_is_a_named_service_it_uses() -> None:
+    d = one("Expense claims go through Concur.")
+    assert (d.subject, d.predicate, d.object) == ("Expense claims", "uses", "Concur")
+    assert one("All expense claims go through Hannah Weiss.").kind == "observation"  # a person approves, not a tool
+
+
+def test_a_value_that_goes_up_to_an_amount_changes_to_it() -> None:
+    d = one("The membership fee went up to 45 EUR on 1 May 2026.")
+    assert (d.statement, d.change_kind) == ("membership fee: 45 EUR", "succession")
