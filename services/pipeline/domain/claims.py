@@ -1982,6 +1982,12 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
                                (ctx.model.participants_span,) if ctx.model.participants_span else ()))
             if lowered == "you":
                 edits.extend(_agreement_edit(document, end, part.end) or _conjugation_edit(document, end, part.end))
+        elif base in ("they", "them") and ctx.parsed and (
+                pair := _both_of(ctx, sentence, part.start + match.start(1), part.start + match.end(1))) is not None:
+            # "Both of them report to me", "They both joined in May": the people the sentence
+            # before joins with "and"
+            (names, span), (start, end) = pair
+            edits.append(_Edit(start, end, names, "pronoun_resolved", f"{document[start:end]} -> {names}", (span,)))
         elif base in ("they", "them", "their", "theirs") and ctx.parsed and (
                 customer := _customer_record(ctx, sentence.start)) is not None:
             # "They're still on the Fleet Pro plan" in an account's notes: the customer
@@ -1991,6 +1997,30 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
         else:
             return word
     return edits
+
+
+_BOTH_BEFORE_RE = re.compile(r"(?:\b(?:both|all|each)\s+of\s+)$", re.IGNORECASE)
+_BOTH_AFTER_RE = re.compile(r"^\s+(?:both|all)\b", re.IGNORECASE)
+_CONJOINED_NAMES_RE = re.compile(rf"(?<![\w'’])({_NAME}(?:,\s+{_NAME})*,?\s+and\s+{_NAME})(?![\w'’])")
+
+
+def _both_of(ctx: _Context, sentence: _Sentence, start: int, end: int
+             ) -> tuple[tuple[str, tuple[int, int]], tuple[int, int]] | None:
+    """"Both of them" / "they both" after a sentence that names people joined by "and": those
+    people (one group only), and the span the names replace ("Both of them", "they both")."""
+    document = ctx.model.text
+    before = _BOTH_BEFORE_RE.search(document, sentence.start, start)
+    after = _BOTH_AFTER_RE.match(document[end:end + 12])
+    if (before is None) == (after is None) or sentence.index == 0:
+        return None
+    previous = ctx.model.sentences[sentence.index - 1]
+    groups = [m for m in _CONJOINED_NAMES_RE.finditer(document, previous.start, previous.end)
+              if all(n.split()[0] not in _CAPITALISED_STOP for n in re.split(r",\s+|,?\s+and\s+", m.group(1)))]
+    if len(groups) != 1:
+        return None
+    group = groups[0]
+    span = (before.start(), end) if before is not None else (start, end + after.end())  # type: ignore[union-attr]
+    return (group.group(1), (group.start(1), group.end(1))), span
 
 
 # the kinds of record whose notes say "they" of the organisation they are about

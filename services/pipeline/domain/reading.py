@@ -924,8 +924,14 @@ def read(text: str) -> list[Reading]:
                     c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in ("who", "which", "that") for c in token.children):
                 undated = bool(dates) and not _starts_in(dates, _span(sentence, token))
                 relative_clause = _clause(token, [token.head])
+                first = token.head
+                while first.dep_ == "conj" and first.head.i != first.i:
+                    first = first.head
+                # "Piotr, who moves to …": Piotr moves; "welcome Aditi and Malik, who joined …": both did
+                members = _conjuncts(first) if first is not token.head and token.head in _conjuncts(first) \
+                    else [token.head]
                 if relative_clause.subjects and all(s.lower_ in _RELATIVE_WORDS for s in relative_clause.subjects):
-                    relative_clause.subjects = [token.head]  # "Piotr, who moves to …": Piotr moves
+                    relative_clause.subjects = members
                 if any(t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in token.children):
                     # "the cluster, which was previously hosted in Virginia, was moved to …": what
                     # the main clause's change starts from
@@ -935,7 +941,8 @@ def read(text: str) -> list[Reading]:
                 for reading in _read_clause(relative_clause, sentence):
                     if reading.kind == "relation":
                         # "the team, which is led by Omar": in a passive clause the noun is the object
-                        subject = reading.subject if relative_clause.passive else _np_text(token.head)
+                        subject = reading.subject if relative_clause.passive or len(members) > 1 \
+                            else _np_text(token.head)
                         features = {**reading.features, "undated": True} if undated else reading.features
                         extra.append(_replace(reading, subject=subject, features=features))
             # "the Saltmarsh Quay site, which Declan Shea manages": the noun is the clause's object

@@ -629,3 +629,21 @@ def test_a_possessive_its_is_bound_by_the_named_thing_its_clause_is_about() -> N
                      "Since March the Harbour Trust has kept its archive in Leith.\n", said)
     assert set(found) == {"Haematology uses Sunquest as Haematology's laboratory system.",
                           "Since March 2026 the Harbour Trust has kept Harbour Trust's archive in Leith."}
+
+
+def test_both_of_them_are_the_people_the_sentence_before_joins() -> None:
+    said = datetime(2026, 6, 10, 9, tzinfo=UTC)
+    found = _windows("# Welcome\n\nPlease welcome Sung-min Cho and Fatou Diallo, who joined the survey team.\n"
+                     "Both of them report to Rafael Ortiz.\n\nAmira Haddad and Jonas Berg joined the lab.\n"
+                     "They both sit in the Leeds office.\nThey are great.\n", said)
+    assert "Sung-min Cho and Fatou Diallo report to Rafael Ortiz." in found
+    assert "Amira Haddad and Jonas Berg sit in the Leeds office." in found
+    assert not any(text.endswith("are great.") for text in found)  # a bare "they" is not read as the pair
+
+
+def test_a_relative_clause_after_joined_names_is_about_each_of_them() -> None:
+    from services.pipeline.domain.reading import read
+
+    found = read("Please welcome Sung-min Cho and Fatou Diallo, who joined the survey team on 1 June 2026.")
+    assert {(r.subject, r.object) for r in found if r.kind == "relation"} == {
+        ("Sung-min Cho", "survey team"), ("Fatou Diallo", "survey team")}
