@@ -1866,6 +1866,25 @@ def _temporal_class(content: str, precision: str) -> str:
 _RELATIVE_ANTECEDENT_RE = re.compile(r"\b([A-Z][\w'’-]+(?:\s+[A-Z][\w'’-]+){0,3}),\s+who\b[^,;:.!?()]*$")
 
 
+_OPENING_IT_RE = re.compile(r"^\W*(?:it|it['’]s|its)\b", re.IGNORECASE)
+
+
+def _continued_it(ctx: _Context, sentence: _Sentence, start: int) -> tuple[str, tuple[int, int]] | None:
+    """"The notifications-service is owned by Team Pulse. It depends on RabbitMQ and the
+    templates-service. It is hosted in Frankfurt.": an "It" opening a sentence after one that
+    opened with "It" goes on about the same thing, not the nearest noun before it."""
+    document = ctx.model.text
+    if not _OPENING_IT_RE.match(document[sentence.start:start + 4]) or document[sentence.start:start].strip(" *-"):
+        return None
+    index = sentence.index
+    while index > 0 and _OPENING_IT_RE.match(document[ctx.model.sentences[index - 1].start:]):
+        index -= 1
+    if index == sentence.index or index == 0:
+        return None
+    opening = ctx.model.sentences[index]
+    return _unique_definite_np(ctx, opening, opening.start)
+
+
 def _possessor_subject(document: str, part: _Part, start: int) -> tuple[str, tuple[int, int]] | None:
     """"Blood Sciences uses WinPath as its laboratory system", "Osteria Lume gets its truffles
     from …": a possessive "its" is bound by the subject of its own clause when that subject
@@ -1964,8 +1983,9 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
         elif base in ("it", "its", "itself"):
             if base == "it" and _EXPLETIVE_IT_RE.match(text[match.end(1) - (2 if "'" in lowered else 0):]):
                 continue
-            antecedent = _unique_definite_np(ctx, sentence, start) or (
-                _possessor_subject(document, part, start) if base == "its" and ctx.parsed else None)
+            antecedent = (_continued_it(ctx, sentence, start) if ctx.parsed else None) or _unique_definite_np(
+                ctx, sentence, start) or (_possessor_subject(document, part, start) if base == "its" and ctx.parsed
+                                          else None)
             if antecedent is None:
                 return word
             noun, span = antecedent

@@ -647,3 +647,10 @@ def test_a_relative_clause_after_joined_names_is_about_each_of_them() -> None:
     found = read("Please welcome Sung-min Cho and Fatou Diallo, who joined the survey team on 1 June 2026.")
     assert {(r.subject, r.object) for r in found if r.kind == "relation"} == {
         ("Sung-min Cho", "survey team"), ("Fatou Diallo", "survey team")}
+
+
+def test_an_opening_it_after_an_opening_it_goes_on_about_the_same_thing() -> None:
+    said = datetime(2026, 6, 10, 9, tzinfo=UTC)
+    found = _windows("# ledger-api\n\nThe ledger-api is owned by the payments team.\n"
+                     "It writes to the accounts database and to the audit queue.\nIt runs in Dublin.\n", said)
+    assert "The ledger-api runs in Dublin." in found
