@@ -566,6 +566,7 @@ class _Model:
     headings: tuple[tuple[int, str, tuple[int, int]], ...] = ()  # (position, text, span) of every heading
     # a table's data cell: its start -> (its column's header, the row's first cell, that cell's span)
     table_cells: dict[int, tuple[str, str, tuple[int, int]]] = field(default_factory=dict)
+    addressee: tuple[str, tuple[int, int]] | None = None  # the one person a letter greets: its "you"
 
 
 @dataclass
@@ -737,7 +738,21 @@ def _parse_document(document: str) -> _Model:
     known_words = {word for name in known for word in name.split()}
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
                   first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
-                  tuple(headings), table_cells)
+                  tuple(headings), table_cells, None if speakers else _addressee(document))
+
+
+_GREETING_RE = re.compile(r"^[ \t]*(?i:hi|hello|hey|dear|good\s+morning|morning)[ \t]+"
+                          r"(?:(?:Dr|Prof|Mr|Mrs|Ms|Mx)\.?[ \t]+)?(?P<name>[A-Z][\w'’-]+(?:[ \t]+[A-Z][\w'’-]+)?)"
+                          r"[ \t]*[,!:]", re.MULTILINE)
+_GROUP_GREETINGS = frozenset("all team everyone everybody folks colleagues friends there both you".split())
+
+
+def _addressee(document: str) -> tuple[str, tuple[int, int]] | None:
+    """The one person a letter or an email greets at its start ("Hi Rosa,"): who "you" is."""
+    found = _GREETING_RE.search(document, 0, min(len(document), 400))
+    if found is None or found.group("name").split()[0].lower() in _GROUP_GREETINGS:
+        return None
+    return found.group("name"), (found.start("name"), found.end("name"))
 
 
 def _table_cells(block: structure.Block) -> list[tuple[int, int, str]]:
@@ -1964,6 +1979,10 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
                 return word
             names = _join_names(group)
             replacement = _contracted(names, lowered, next_word, possessive=base in ("our", "ours"), plural=True)
+            if base == "our":
+                # "Our route planner uses OptiRoute" in a meeting's notes: the team's, not each
+                # attendee's ("Rukmini, Tomasz and Efua's route planner" reads as three owners)
+                replacement = "The" if word[:1].isupper() else "the"
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {names}",
                                (ctx.model.participants_span,) if ctx.model.participants_span else ()))
         elif base in ("he", "him", "his", "himself", "she", "her", "hers", "herself"):
@@ -1993,13 +2012,17 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {noun}", (span,)))
         elif base in ("you", "your", "yours", "yourself") and not ctx.speaker_prefix:
             other = _other_party(ctx, sentence)
+            if sentence.unit.speaker is None and base in ("your", "yours"):
+                other = None  # "your renewal date" in a letter stays the reader's, as written
             if other is None and base == "your" and ctx.keep_unresolved_we:
                 continue  # "your renewal date" in a letter: the reader's, kept as written
             if other is None:
                 return word
             replacement = _contracted(other, lowered, next_word, possessive=base in ("your", "yours"))
+            greeted = ctx.model.addressee if sentence.unit.speaker is None else None
+            where = greeted[1] if greeted is not None else ctx.model.participants_span
             edits.append(_Edit(start, end, replacement, "pronoun_resolved", f"{word} -> {other}",
-                               (ctx.model.participants_span,) if ctx.model.participants_span else ()))
+                               (where,) if where else ()))
             if lowered == "you":
                 edits.extend(_agreement_edit(document, end, part.end) or _conjugation_edit(document, end, part.end))
         elif base in ("they", "them") and ctx.parsed and (
@@ -2057,10 +2080,10 @@ def _customer_record(ctx: _Context, position: int) -> tuple[str, tuple[int, int]
 
 
 def _other_party(ctx: _Context, sentence: _Sentence) -> str | None:
-    """"you" in a two-person chat: the party who is not speaking."""
+    """"you" in a two-person chat: the party who is not speaking; in a letter, whom it greets."""
     speaker = sentence.unit.speaker
     if speaker is None:
-        return None
+        return ctx.model.addressee[0] if ctx.parsed and ctx.model.addressee is not None else None
     parties = {p.split()[0]: p for p in ctx.model.participants}
     for other in ctx.model.sentences:
         if other.unit.speaker:

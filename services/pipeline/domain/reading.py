@@ -1750,16 +1750,20 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
-    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift", "go") and to is not None
-                                                         and _is_amount(to)):
+    # "went up to 420 EUR per night" parsed with "up to" on the amount, the amount on the verb
+    climbed = next((a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)
+                    and any(t.lower_ == "to" and t.dep_ == "quantmod" for t in a.subtree)), None)
+    if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift", "go") and (
+            to is not None and _is_amount(to) or climbed is not None)):
         ranged = source if source is not None else next(
             (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)
         if to is None and ranged is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
                                                      for t in ranged.subtree):
             # "raised from 500 to 1,000 events", "cut by half to 0.05 percent": the parser makes
             # the range one amount (under "from", or on the verb)
-            old, _, new = _value_of(ranged).partition(" to ")
-            if old and new:
+            old, _, new = f" {_value_of(ranged)}".partition(" to ")
+            old = "" if old.strip().lower() in ("", "up", "down") else old.strip()  # "went up to 180 EUR"
+            if new and (old or ranged is not source):
                 return [_attr(name, None, new, succession, text, previous=old if ranged is source else None,
                               state=True)]
         if to is None:

@@ -654,3 +654,14 @@ def test_an_opening_it_after_an_opening_it_goes_on_about_the_same_thing() -> Non
     found = _windows("# ledger-api\n\nThe ledger-api is owned by the payments team.\n"
                      "It writes to the accounts database and to the audit queue.\nIt runs in Dublin.\n", said)
     assert "The ledger-api runs in Dublin." in found
+
+
+def test_a_letter_s_you_is_whom_it_greets_and_a_meeting_s_our_is_the_team_s() -> None:
+    said = datetime(2026, 10, 19, 9, tzinfo=UTC)
+    found = _windows("# Handover\n\nHi Chiara,\n\nFrom today you are in charge of the bar.\nTariq reports to you.\n"
+                     "Your rota is in the office.\n\nBest,\nMarco\n", said)
+    assert {"From 19 October 2026 Chiara is in charge of the bar.", "Tariq reports to Chiara.",
+            "Your rota is in the office."} <= set(found)  # "your" in a letter stays the reader's, as written
+    found = _windows("# Sync\n\nAttendees: Rukmini, Tomasz, Efua\n\n- Our route planner uses OptiRoute.\n", said)
+    assert "The route planner uses OptiRoute." in found
+    assert _windows("# Note\n\nHi all,\n\nYou are all welcome.\n", said) == {}  # a group greeting names no one

@@ -764,3 +764,8 @@ def test_what_a_thing_goes_through_is_a_named_service_it_uses() -> None:
 def test_a_value_that_goes_up_to_an_amount_changes_to_it() -> None:
     d = one("The membership fee went up to 45 EUR on 1 May 2026.")
     assert (d.statement, d.change_kind) == ("membership fee: 45 EUR", "succession")
+
+
+def test_a_value_that_went_up_to_an_amount_parsed_as_a_range_changes_to_it() -> None:
+    d = one("The room rate went up to 180 EUR per night on 1 March 2026.")
+    assert (d.statement, d.change_kind) == ("room rate: 180 EUR per night", "succession")
