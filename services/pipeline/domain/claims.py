@@ -823,6 +823,11 @@ def _is_emoji_boundary(document: str, sentence_start: int, index: int, following
     return following.isalnum() and bool(before) and before[0].lower() not in _FUNCTION_WORDS  # ("the ☕ machine")
 
 
+# nouns a letter names one of ("Block C", "Gate B", "Plan A"): the letter is not an initial
+_LETTERED_PLACES = frozenset("block building wing gate hall level floor bay zone platform terminal unit annex annexe "
+                             "phase plan option tier grade row section area room ward pier berth stand lot".split())
+
+
 def _is_boundary(document: str, sentence_start: int, index: int, char: str, following: str) -> bool:
     if char in "!?" and following.isalpha():
         return True  # "congrats to Ahmed! fuel card spend was …": chats start sentences lower-case
@@ -846,7 +851,10 @@ def _is_boundary(document: str, sentence_start: int, index: int, char: str, foll
         return at_line_end and word.lower() not in ("dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "mt.")
     if re.fullmatch(r"[A-Z]\.", word):
         # an initial: "Ravi S. owns ..."; but a name's last letter ("hosted in Building C.")
-        # before a word that starts sentences, not surnames ("The vendor says …"), ends one
+        # before a word that starts sentences, not surnames ("The vendor says …"), ends one,
+        # as does the letter of a block, a wing or a gate ("in Block C. Ward 7 uses …")
+        if previous_word and previous_word[0].lower() in _LETTERED_PLACES:
+            return True
         following_word = re.match(r"[\w’']+", document[index + 1:].lstrip())
         return following_word is not None and following_word.group() in _CAPITALISED_STOP \
             and following_word.group().lower() in _FUNCTION_WORDS

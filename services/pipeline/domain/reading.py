@@ -1829,8 +1829,10 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         if value is not None and _is_valueish(value) and not _is_time(value):
             return [_attr(_np_text(noun, _ATTRIBUTE_PREPS - {"of"}), None, _value_of(value), change, text,
                           state=True)]
-    if base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover") \
-            and not _is_person(thing):
+    if base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover", "average", "come",
+                "run", "settle", "level") and not _is_person(thing) and (base not in ("come", "run", "settle", "level")
+                                                                         or _first(c.preps, "at") is not None):
+        # "occupancy averaged 94 percent", "the yield came in at 8.1 tonnes", "inflation is running at 3 percent"
         value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)
         if value is not None and _is_valueish(value):
             return [_attr(_np_text(c.subjects[0], _ATTRIBUTE_PREPS) if c.subjects else name, None, _value_of(value),

@@ -769,3 +769,20 @@ def test_a_value_that_goes_up_to_an_amount_changes_to_it() -> None:
 def test_a_value_that_went_up_to_an_amount_parsed_as_a_range_changes_to_it() -> None:
     d = one("The room rate went up to 180 EUR per night on 1 March 2026.")
     assert (d.statement, d.change_kind) == ("room rate: 180 EUR per night", "succession")
+
+
+@pytest.mark.parametrize("text, label", [
+    ("Clinic attendance averaged 310 patients a week in May.", "Clinic attendance: 310 patients a week"),
+    ("The barley yield came in at 6.4 tonnes per hectare.", "barley yield: 6.4 tonnes per hectare"),
+    ("Churn is running at 2.1 percent.", "Churn: 2.1 percent"),
+])
+def test_a_measure_that_averaged_came_in_or_is_running_at_an_amount_has_that_value(text: str, label: str) -> None:
+    assert one(text).statement == label
+    assert one("Marta came in at nine.").kind == "observation"  # a person arriving is no measure
+
+
+def test_the_letter_of_a_block_is_not_an_initial() -> None:
+    text = "# Site\n\nThe oxygen manifold is in Block C. Ward 7 uses Nervecentre.\n"
+    item = ExtractionInput(text, Passage("p", 0, len(text)), SAID, None)
+    assert [c.claim_text for c in extract_parsed_claims(item)[0]] == [
+        "The oxygen manifold is in Block C.", "Ward 7 uses Nervecentre."]
