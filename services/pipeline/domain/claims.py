@@ -2353,7 +2353,24 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
         if len(names) == 1:
             (whole,) = names
             edits.append(_Edit(start, end, whole, "reference_expanded", f"{name} -> {whole}", (spans[whole],)))
+    # "Cllr Owusu chairs the committee" after "Present: Cllr Abena Owusu, …": a title and a
+    # surname are the one full name the document gave that surname before
+    by_surname: dict[str, set[str]] = {}
+    for name in spans:
+        if not _TITLED_SURNAME_RE.fullmatch(name):  # "Cllr Owusu" itself names no first name
+            by_surname.setdefault(name.split()[-1], set()).add(name)
+    for match in _TITLED_SURNAME_RE.finditer(document, part.start, part.end):
+        start, end = match.span()
+        names = by_surname.get(match.group(1), set())
+        if len(names) == 1 and not any(e.start < end and start < e.end for e in [*existing, *edits]):
+            (whole,) = names
+            edits.append(_Edit(start, end, whole, "reference_expanded", f"{match.group()} -> {whole}",
+                               (spans[whole],)))
     return edits
+
+
+_TITLED_SURNAME_RE = re.compile(r"(?<![\w'’])(?:Cllr|Councillor|Dr|Prof|Professor|Mr|Mrs|Ms|Mx|Capt|Captain|Rev|Canon"
+                                r"|Sister|Sr|Fr)\.?\s+([A-Z][\w'’-]+)(?![\w'’-]|\s+[A-Z])")
 
 
 def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:

@@ -665,3 +665,13 @@ def test_a_letter_s_you_is_whom_it_greets_and_a_meeting_s_our_is_the_team_s() ->
     found = _windows("# Sync\n\nAttendees: Rukmini, Tomasz, Efua\n\n- Our route planner uses OptiRoute.\n", said)
     assert "The route planner uses OptiRoute." in found
     assert _windows("# Note\n\nHi all,\n\nYou are all welcome.\n", said) == {}  # a group greeting names no one
+
+
+def test_a_title_and_a_surname_are_the_one_full_name_given_before() -> None:
+    said = datetime(2026, 4, 22, 9, tzinfo=UTC)
+    found = _windows("# Minutes\n\nPresent: Cllr Nia Roberts, Cllr Emeka Obi\n\n"
+                     "1. Cllr Obi chairs the licensing panel.\n2. Cllr Roberts replaced Cllr Obi as vice-chair.\n"
+                     "3. Dr Hale leads the audit.\n", said)
+    assert "Cllr Emeka Obi chairs the licensing panel." in found
+    assert "Cllr Nia Roberts replaced Cllr Emeka Obi as vice-chair." in found
+    assert "Dr Hale leads the audit." in found  # no full name was given for Hale
