@@ -100,7 +100,9 @@ planning ward clinic kitchen depot bureau crew shift""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
 experiment pilot trial study
-finance platform research product infrastructure management""".split())
+finance platform research product infrastructure management
+dock distribution taproom store site line office lab laboratory facility warehouse yard plant hub centre center bar
+restaurant shop branch""".split())  # places and lines people run: "took over the Rotterdam cross-dock"
 # verbs whose object may be an activity written as a gerund ("leads fundraising")
 _GERUND_HOLDERS = frozenset("lead own run manage head handle coordinate oversee".split())
 # verbs whose complement is the statement itself ("continues to work on the matter")

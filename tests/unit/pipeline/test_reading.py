@@ -786,3 +786,12 @@ def test_the_letter_of_a_block_is_not_an_initial() -> None:
     item = ExtractionInput(text, Passage("p", 0, len(text)), SAID, None)
     assert [c.claim_text for c in extract_parsed_claims(item)[0]] == [
         "The oxygen manifold is in Block C.", "Ward 7 uses Nervecentre."]
+
+
+@pytest.mark.parametrize("place", ["the Leith cross-dock", "the night desk", "the front office", "the grading line",
+                                   "the Quay Road warehouse"])
+def test_a_place_or_line_taken_over_is_led(place: str) -> None:
+    found, _ = drafts(f"On 3 March 2026 Imani Okoro took over {place} from Sven Dahl.")
+    assert {d.predicate for d in found} == {"other:leads"}
+    found, _ = drafts("On 3 March 2026 Imani Okoro took over the Brightline account from Sven Dahl.")
+    assert {d.predicate for d in found} == {"other:owns"}
