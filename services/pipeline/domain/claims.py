@@ -149,8 +149,10 @@ class ParsedClaimProvider:
 
 _SINCE_THEN_RE = re.compile(r"\b(?:[Ss]ince then|[Ee]ver since(?=\s*(?:[,.;!?]|$))|[Ff]rom then on"
                             r"|[Ss]ince that (?:day|date|time))\b")  # ("ever since the merger …" says when)
+# (and "Since 1 April the age has been 16; previously it was 18": a statement opening with
+# "previously" or "formerly" held up to the change just told)
 _UNTIL_THEN_RE = re.compile(r"\b(?:[Uu]ntil then|[Tt]ill then|[Bb]efore that|[Uu]p to then"
-                            r"|[Uu]ntil that (?:day|date))\b")
+                            r"|[Uu]ntil that (?:day|date))\b|^(?:Previously|Formerly|Before then)(?=[\s,])")
 
 
 

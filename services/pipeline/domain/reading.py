@@ -1706,7 +1706,9 @@ def _value_of(token: Any) -> str:
     for child in token.children:
         if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep", "prep") and (any(
                 t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]) or _set_aside(child)
-                or child.lower_ == "of" and any(_set_aside(o) for o in child.children)):
+                or child.lower_ == "of" and any(_set_aside(o) for o in child.children)
+                or token.doc[child.left_edge.i - 1].text == "(" or any(  # "200 EUR (previously 150 EUR)"
+                    t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in child.subtree)):
             # "70,000 EUR, not 75,000 EUR", "70 EUR instead of 75 EUR": the value corrected
             # away is no part of the value
             skip.update(t.i for t in child.subtree)

@@ -675,3 +675,11 @@ def test_a_title_and_a_surname_are_the_one_full_name_given_before() -> None:
     assert "Cllr Emeka Obi chairs the licensing panel." in found
     assert "Cllr Nia Roberts replaced Cllr Emeka Obi as vice-chair." in found
     assert "Dr Hale leads the audit." in found  # no full name was given for Hale
+
+
+def test_previously_after_a_change_held_up_to_that_change() -> None:
+    said = datetime(2026, 6, 10, 9, tzinfo=UTC)
+    found = _windows("# Policy\n\nSince 1 May 2026 the loan period has been 21 days; previously it was 14 days.\n"
+                     "Ines Dorado previously worked at Globex.\n", said)
+    assert found["Until 1 May 2026 the loan period was 14 days."] == (None, "day")
+    assert "Ines Dorado previously worked at Globex." in found  # "previously" inside a clause dates nothing

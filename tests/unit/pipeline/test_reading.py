@@ -795,3 +795,7 @@ def test_a_place_or_line_taken_over_is_led(place: str) -> None:
     assert {d.predicate for d in found} == {"other:leads"}
     found, _ = drafts("On 3 March 2026 Imani Okoro took over the Brightline account from Sven Dahl.")
     assert {d.predicate for d in found} == {"other:owns"}
+
+
+def test_a_previous_value_in_brackets_is_no_part_of_the_value() -> None:
+    assert one("The deposit is now 250 EUR (previously 180 EUR).").statement == "deposit: 250 EUR"
