@@ -132,6 +132,9 @@ _FACTIVE = frozenset("note confirm announce notice realise realize discover ackn
 _RECORD = frozenset("report post record announce log declare show".split())
 _THINK = frozenset("think believe feel guess reckon suspect doubt fear hope worry".split())
 _STANDING_PARTICIPLES = frozenset("report work lead manage head own run".split())
+# what one holds as its owner ("holds the contract"), not a meeting or stock one holds
+_HELD_THINGS = frozenset("contract licence license lease franchise concession tender patent permit account portfolio "
+                         "budget title trademark copyright mandate".split())
 _PLAN_VERBS = frozenset("plan intend aim hope want mean expect propose".split())
 _HYPO_AUX = frozenset("would could might may should must ought".split())
 _OPINION_ADJ = frozenset("""great good bad terrible awful awesome amazing excellent wonderful fantastic brilliant
@@ -1681,6 +1684,10 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         place = _non_time(c.preps.get("in") or c.preps.get("at"))
         if place is not None and _is_place(place):
             return _rel([_np_text(o) for o in c.objects], "located_in", _np_text(place), change, text)
+    if base == "hold" and c.objects and not c.passive and c.objects[0].lemma_.lower() in _HELD_THINGS:
+        # "FrioTrans holds the haulage contract", "Greenline holds the park-and-ride licence"
+        return [r for obj in c.objects for r in (_rel(subjects, "other:owns", _np_text(obj), change, text) or [])] \
+            or None
     predicate = _VERB_PREDICATES.get(verb) or _VERB_PREDICATES.get(base)
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:

@@ -131,7 +131,7 @@ _WEEKDAY_BEFORE = re.compile(rf"(?<![\w])(?:{_WEEKDAY}|Mon|Tues?|Wed|Thu(?:rs?)?
 _PREPOSITION_RE = re.compile(
     r"(?<![\w])(?P<p>as of|starting from|starting|effective from|effective|beginning|since|from|between|until|till"
     r"|through|during|before|after|by|on|in"
-    r"|at|of|to|and)\s+$",
+    r"|at|of|to|and)\s+(?:(?:the\s+)?(?:end|start|beginning)\s+of\s+)?$",  # "until the end of Q3"
     re.IGNORECASE,
 )
 # "on the same day", "that day": the day of the event just told, said again

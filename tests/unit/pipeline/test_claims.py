@@ -683,3 +683,13 @@ def test_previously_after_a_change_held_up_to_that_change() -> None:
                      "Ines Dorado previously worked at Globex.\n", said)
     assert found["Until 1 May 2026 the loan period was 14 days."] == (None, "day")
     assert "Ines Dorado previously worked at Globex." in found  # "previously" inside a clause dates nothing
+
+
+@pytest.mark.parametrize("text, until, precision", [
+    ("The lease runs until the end of Q3 2026.", date(2026, 9, 30), "quarter"),
+    ("The pop-up stays in Leith until the end of 2026.", date(2026, 12, 31), "year"),
+])
+def test_until_the_end_of_a_quarter_or_a_year_is_an_end(text: str, until: date, precision: str) -> None:
+    (found,) = timeparse.find_time_expressions(text, date(2026, 1, 8))
+    assert (found.valid_from, found.valid_until and found.valid_until.date(), found.precision, found.kind) == (
+        None, until, precision, "effective_period")

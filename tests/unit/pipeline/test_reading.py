@@ -799,3 +799,10 @@ def test_a_place_or_line_taken_over_is_led(place: str) -> None:
 
 def test_a_previous_value_in_brackets_is_no_part_of_the_value() -> None:
     assert one("The deposit is now 250 EUR (previously 180 EUR).").statement == "deposit: 250 EUR"
+
+
+def test_a_contract_or_a_licence_held_is_owned() -> None:
+    d = one("Since 1 March 2026 Nordfrakt holds the harbour towage contract.")
+    assert (d.subject, d.predicate, d.object) == ("Nordfrakt", "other:owns", "harbour towage contract")
+    found, _ = drafts("The team holds a stand-up every Monday.")
+    assert not any(d.kind == "relation" for d in found)  # a meeting one holds is no ownership
