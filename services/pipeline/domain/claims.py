@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from services.pipeline.domain import timeparse
+from services.pipeline.domain.entities import ABBREVIATED_TITLES, TITLE_PATTERN
 from services.platform import structure
 
 __all__ = [
@@ -327,8 +328,7 @@ background
 _ABBREVIATIONS = frozenset("""
 e.g. i.e. etc. vs. v. dr. mr. mrs. ms. prof. sr. jr. st. inc. ltd. co. corp. approx. no. nos. fig. cf. al. a.m. p.m.
 u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. oct. nov. dec. mt. ave. dept. est. min. max. ca. incl. resp.
-capt. cllr. rev. revd. fr. sgt. lt. col. gen. cmdr. cdr. adm. gov. sen. rep. hon. insp. supt. det. cpl. maj.
-""".split())
+""".split()) | {f"{title}." for title in ABBREVIATED_TITLES}
 
 # --------------------------------------------------------------------------- regular expressions
 
@@ -744,8 +744,8 @@ def _parse_document(document: str) -> _Model:
 
 
 _GREETING_RE = re.compile(r"^[ \t]*(?i:hi|hello|hey|dear|good\s+morning|morning)[ \t]+"
-                          r"(?:(?:Dr|Prof|Mr|Mrs|Ms|Mx)\.?[ \t]+)?(?P<name>[A-Z][\w'’-]+(?:[ \t]+[A-Z][\w'’-]+)?)"
-                          r"[ \t]*[,!:]", re.MULTILINE)
+                          rf"(?:(?:{TITLE_PATTERN})\.?[ \t]+)?"
+                          r"(?P<name>[A-Z][\w'’-]+(?:[ \t]+[A-Z][\w'’-]+)?)[ \t]*[,!:]", re.MULTILINE)
 _GROUP_GREETINGS = frozenset("all team everyone everybody folks colleagues friends there both you".split())
 
 
@@ -2371,8 +2371,7 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
     return edits
 
 
-_TITLED_SURNAME_RE = re.compile(r"(?<![\w'’])(?:Cllr|Councillor|Dr|Prof|Professor|Mr|Mrs|Ms|Mx|Capt|Captain|Rev|Canon"
-                                r"|Sister|Sr|Fr)\.?\s+([A-Z][\w'’-]+)(?![\w'’-]|\s+[A-Z])")
+_TITLED_SURNAME_RE = re.compile(rf"(?<![\w'’])(?:{TITLE_PATTERN})\.?\s+([A-Z][\w'’-]+)(?![\w'’-]|\s+[A-Z])")
 
 
 def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:

@@ -33,6 +33,15 @@ T3_MIN_WORDS = 2
 T3_COVERAGE = 0.6
 T3_MARGIN = 0.05
 
+# Titles written before a person's name ("Mrs Helen Carter", "Cllr Owusu", "Capt. Nils Johansson"),
+# and those of them written as abbreviations with a full stop.
+ABBREVIATED_TITLES = frozenset("""mr mrs ms mx dr prof capt cllr rev revd fr sr sgt lt col gen maj cdr cmdr adm cpl
+insp supt det gov sen rep hon""".split())
+HONORIFICS = ABBREVIATED_TITLES | frozenset("""miss professor sister nurse sir dame captain councillor reverend
+colonel major sergeant judge canon""".split())
+# the titles as a regular expression alternative, capitalised as written before a name ("Cllr|Dr|…")
+TITLE_PATTERN = "|".join(sorted((t.capitalize() for t in HONORIFICS), key=lambda t: (-len(t), t)))
+
 _DIGITS = re.compile(r"\d+")
 _FUNCTION_WORDS = frozenset("""a an the of on in at for to from by with and or our my your their his her its this
 that these those who which is are was were be""".split())

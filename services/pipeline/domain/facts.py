@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from services.pipeline.domain import timeparse
 from services.pipeline.domain.entities import compatible
 from services.platform.text import fold, normalize_name
 
@@ -462,8 +461,7 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                 state = bool(r.features.get("state")) and claim.valid_kind != "measurement_period"
                 drafts.extend(attribute_drafts(anchor, attribute, value, change, previous=r.previous,
                                                previous_value=previous_value, state=state,
-                                               schedule=bool(r.features.get("schedule")) and bool(
-                                                   timeparse.find_time_expressions(value, None)), extra=extra))
+                                               schedule=bool(r.features.get("schedule")), extra=extra))
                 continue
         if r.kind == "nonfact":
             continue

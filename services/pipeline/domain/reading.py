@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from services.pipeline.domain import nlp, timeparse
+from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS
 
 __all__ = ["Reading", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
 
@@ -161,8 +162,6 @@ _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "st
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
 # attributes whose values are grades ("severity: high", "the priority is low")
 _GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
-_HONORIFICS = frozenset("""mr mrs ms miss mx dr prof professor sister nurse sir dame captain capt cllr councillor
-rev reverend colonel major sergeant judge""".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b", re.IGNORECASE)
@@ -319,7 +318,7 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
     # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
-    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in _HONORIFICS:
+    while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in HONORIFICS:
         rest = tokens[2:] if tokens[1].text == "." else tokens[1:]  # "Capt. Nils Johansson"
         if len(rest) < 2 or not (rest[0].text[:1].isupper() and rest[0].is_alpha):
             break
@@ -358,6 +357,11 @@ def _set_aside(token: Any) -> bool:
     of an "of" the "instead" leads)."""
     doc, start = token.doc, token.left_edge.i
     return start > 1 and (doc[start - 2].lower_, doc[start - 1].lower_) in (("instead", "of"), ("rather", "than"))
+
+
+def _sets_aside(prep: Any) -> bool:
+    """An "of" whose object the sentence sets aside ("uses Cliniko instead of Jane")."""
+    return prep.lower_ == "of" and any(_set_aside(o) for o in prep.children)
 
 
 def _set_aside_of(head: Any) -> list[Any]:
@@ -496,7 +500,7 @@ def _contrasted(prep: Any) -> bool:
 
 def _prep_args(head: Any, into: dict[str, list[Any]], depth: int = 0) -> None:
     for child in head.children:
-        if _contrasted(child) or child.lower_ == "of" and any(_set_aside(o) for o in child.children):
+        if _contrasted(child) or _sets_aside(child):
             continue
         if child.dep_ in ("prep", "agent", "dative") and child.pos_ in ("ADP", "SCONJ") or child.dep_ == "prep":
             objects = [c for c in child.children if c.dep_ in ("pobj", "pcomp") and not _glued(c)]
@@ -681,8 +685,7 @@ _REASON_TAIL = re.compile(r",\s+(?:because|due to|so that|in order to)\s[^;]*$",
 
 
 # "Capt. Nils Johansson": a title's full stop is not the end of the sentence
-_TITLE_STOP = re.compile(r"\b(Capt|Cllr|Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Revd|Fr|Sgt|Lt|Col|Gen|Insp|Supt|Det|Maj|Cdr)"
-                         r"\.(?=\s+[A-Z])")
+_TITLE_STOP = re.compile(rf"\b({'|'.join(t.capitalize() for t in sorted(ABBREVIATED_TITLES))})\.(?=\s+[A-Z])")
 
 
 @lru_cache(maxsize=8192)
@@ -719,7 +722,8 @@ _KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<
 
 
 _STATED_START = re.compile(r"^\s*(?:starting|effective|beginning|as of|as from|from)\s+(?:on\s+)?"
-                           r"(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
+                           rf"(?:{timeparse.WEEKDAY_WORD},?\s+)?"
+                           r"(?:\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b|q[1-4]\b|next\b)",
                            re.IGNORECASE)
 
 
@@ -1698,7 +1702,7 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     return None
 
 
-_WEEKDAY_PREFIX = re.compile(r"^(?:the\s+|(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+(?=\S*\d))", re.IGNORECASE)
+_WEEKDAY_PREFIX = re.compile(rf"^(?:the\s+|{timeparse.WEEKDAY_WORD},?\s+(?=\S*\d))", re.IGNORECASE)
 
 
 def _value_of(token: Any) -> str:
@@ -1713,7 +1717,7 @@ def _value_of(token: Any) -> str:
     for child in token.children:
         if child.i > token.i and child.dep_ in ("appos", "conj", "npadvmod", "dep", "prep") and (any(
                 t.lower_ in ("not", "n't") for t in token.doc[token.i + 1:child.i]) or _set_aside(child)
-                or child.lower_ == "of" and any(_set_aside(o) for o in child.children)
+                or _sets_aside(child)
                 or token.doc[child.left_edge.i - 1].text == "(" or any(  # "200 EUR (previously 150 EUR)"
                     t.dep_ == "advmod" and t.lower_ in _FORMERLY for t in child.subtree)):
             # "70,000 EUR, not 75,000 EUR", "70 EUR instead of 75 EUR": the value corrected
@@ -1840,11 +1844,13 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         if value is not None and _is_valueish(value) and not _is_time(value):
             return [_attr(_np_text(noun, _ATTRIBUTE_PREPS - {"of"}), None, _value_of(value), change, text,
                           state=True)]
-    if base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover", "average", "come",
-                "run", "settle", "level") and not _is_person(thing) and (base not in ("come", "run", "settle", "level")
-                                                                         or _first(c.preps, "at") is not None):
+    arrives = base in ("come", "run", "settle", "level")  # verbs of a measure only with their "at"
+    # ("came in at 8.1 tonnes" is a measure; "Marta came in at nine", a bare number, is an hour)
+    at = _first(c.preps, "at")
+    if (base in ("stand", "sit", "total", "reach", "cost", "hit", "stay", "remain", "hold", "hover", "average")
+            or arrives and at is not None and _is_amount(at) and at.pos_ != "NUM") and not _is_person(thing):
         # "occupancy averaged 94 percent", "the yield came in at 8.1 tonnes", "inflation is running at 3 percent"
-        value = _first(c.preps, "at") or (c.objects[0] if c.objects else None)
+        value = at or (c.objects[0] if c.objects else None)
         if value is not None and _is_valueish(value):
             return [_attr(_np_text(c.subjects[0], _ATTRIBUTE_PREPS) if c.subjects else name, None, _value_of(value),
                           change, text, state=True)]
@@ -1918,5 +1924,7 @@ def _attr(name: str, facet: str | None, value: str, change: str, text: str, *, p
         label = f"{attribute}: not {value}"
     else:
         label = f"{attribute}: {value}"
+    # a date a thing is set for ("launch: 14 May"), not a duration the parser tags a date ("6.2 days")
+    schedule = schedule and bool(timeparse.find_time_expressions(value, None))
     return Reading("attribute", subject=name, attribute=attribute, value=value, change=change, previous=previous,
                    label=label, features={"schedule": schedule, "state": state and not schedule})

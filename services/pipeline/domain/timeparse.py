@@ -126,7 +126,9 @@ _P_VAGUE = re.compile(
 )
 _P_WEEKDAY = re.compile(rf"(?<![\w])(?P<wd>{_WEEKDAY})(?![\w])")
 # "Monday 7 December 2026", "Sat, 1 Aug": a weekday that names the date after it is part of it
-_WEEKDAY_BEFORE = re.compile(rf"(?<![\w])(?:{_WEEKDAY}|Mon|Tues?|Wed|Thu(?:rs?)?|Fri|Sat|Sun)\.?,?\s+$")
+# a weekday, written out or abbreviated ("Monday", "Tues.", "Thu")
+WEEKDAY_WORD = rf"(?:{_WEEKDAY}|Mon|Tues?|Wed|Thu(?:rs?)?|Fri|Sat|Sun)(?![A-Za-z])\.?"
+_WEEKDAY_BEFORE = re.compile(rf"(?<![\w]){WEEKDAY_WORD},?\s+$")
 
 _PREPOSITION_RE = re.compile(
     r"(?<![\w])(?P<p>as of|starting from|starting|effective from|effective|beginning|since|from|between|until|till"

@@ -635,10 +635,10 @@ def test_both_of_them_are_the_people_the_sentence_before_joins() -> None:
     said = datetime(2026, 6, 10, 9, tzinfo=UTC)
     found = _windows("# Welcome\n\nPlease welcome Sung-min Cho and Fatou Diallo, who joined the survey team.\n"
                      "Both of them report to Rafael Ortiz.\n\nAmira Haddad and Jonas Berg joined the lab.\n"
-                     "They both sit in the Leeds office.\nThey are great.\n", said)
+                     "They both sit in the Leeds office.\nThey use Slack.\n", said)
     assert "Sung-min Cho and Fatou Diallo report to Rafael Ortiz." in found
     assert "Amira Haddad and Jonas Berg sit in the Leeds office." in found
-    assert not any(text.endswith("are great.") for text in found)  # a bare "they" is not read as the pair
+    assert not any(text.endswith("use Slack.") for text in found)  # a bare "they" is not read as the pair
 
 
 def test_a_relative_clause_after_joined_names_is_about_each_of_them() -> None:
@@ -664,7 +664,7 @@ def test_a_letter_s_you_is_whom_it_greets_and_a_meeting_s_our_is_the_team_s() ->
             "Your rota is in the office."} <= set(found)  # "your" in a letter stays the reader's, as written
     found = _windows("# Sync\n\nAttendees: Rukmini, Tomasz, Efua\n\n- Our route planner uses OptiRoute.\n", said)
     assert "The route planner uses OptiRoute." in found
-    assert _windows("# Note\n\nHi all,\n\nYou are all welcome.\n", said) == {}  # a group greeting names no one
+    assert _windows("# Note\n\nHi all,\n\nYou lead the rota now.\n", said) == {}  # a group greeting names no one
 
 
 def test_a_title_and_a_surname_are_the_one_full_name_given_before() -> None:
