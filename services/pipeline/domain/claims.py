@@ -1934,6 +1934,10 @@ def _possessor_subject(document: str, part: _Part, start: int) -> tuple[str, tup
     return document[begin:finish], (begin, finish)
 
 
+# reflexives other than the speaker's: each is its own clause's subject, said there in words
+_BOUND_REFLEXIVES = frozenset({"himself", "herself", "itself", "themselves", "ourselves", "yourself"})
+
+
 def _relative_antecedent(document: str, sentence: _Sentence, start: int) -> tuple[str, tuple[int, int]] | None:
     """"replacing Marco Bellini, who is now writing up his thesis": a pronoun inside a "who"
     clause is the person the clause is about."""
@@ -1962,6 +1966,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
         following = _tokens(text[match.end(1):match.end(1) + 40])
         next_word = following[0] if following else None
         base = lowered.split("'")[0]
+        if base in _BOUND_REFLEXIVES and _tokens(text[:match.start(1)]):
+            continue  # "the dryer should pay for itself": bound by its own clause, which says what it is
         if base in ("i", "me", "my", "mine", "myself"):
             speaker = sentence.unit.speaker
             if speaker is None:
@@ -2377,25 +2383,29 @@ _TITLED_SURNAME_RE = re.compile(rf"(?<![\w'’])(?:{TITLE_PATTERN})\.?\s+([A-Z][
 def _title_expansions(ctx: _Context, part: _Part, existing: Sequence[_Edit]) -> list[_Edit]:
     if not ctx.title:
         return []
-    title_words = _tokens(ctx.title)
+    found = list(_TOKEN_RE.finditer(ctx.title))
+    title_words = [m.group() for m in found]
     modifiers: dict[str, str] = {}
     counts: dict[str, int] = {}
     for word in title_words:
         counts[word.lower()] = counts.get(word.lower(), 0) + 1
     # words across a colon, comma or dash do not modify each other ("Incident review: checkout outage")
-    segment_of = [len(re.findall(r"[:;,|()—–]|\s-\s", ctx.title[:m.start()]))
-                  for m in _TOKEN_RE.finditer(ctx.title)]
+    segment_of = [len(re.findall(r"[:;,|()—–]|\s-\s", ctx.title[:m.start()])) for m in found]
     for index, word in enumerate(title_words[1:], start=1):
         previous = title_words[index - 1]
-        if len(segment_of) == len(title_words) and segment_of[index] != segment_of[index - 1]:
+        if segment_of[index] != segment_of[index - 1]:
             continue
         if not word.isalpha() or not previous.isalpha() or counts[word.lower()] != 1:
             continue
         if previous.lower() in _FUNCTION_WORDS or previous in _MONTH_WORDS or previous in ctx.model.known_names:
             continue
-        if index - 1 > 0 and previous[0].isupper():
+        # the whole compound the previous word ends: "Cold-chain haulage" modifies by "cold-chain"
+        first = index - 1
+        while first > 0 and ctx.title[found[first - 1].end():found[first].start()] == "-":
+            first -= 1
+        if first > 0 and title_words[first][0].isupper():
             continue  # a proper noun inside the title
-        modifiers[word.lower()] = previous.lower()
+        modifiers[word.lower()] = ctx.title[found[first].start():found[index - 1].end()].lower()
     edits: list[_Edit] = []
     document = ctx.model.text
     for match in _TITLE_REFERENCE_RE.finditer(document, part.start, part.end):

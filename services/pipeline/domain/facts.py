@@ -395,7 +395,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
     if holder is None and reported is not None and reported.subject:
         holder = clean_surface(reported.subject)  # "Dana told the team that …": Dana's stance
         if is_entity_name(holder):
-            return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder})], None
+            return [AssertionDraft("observation", holder, statement=text, features={"stance_of": holder}),
+                    *_of_the_reporter(readings, holder, claim)], None
         holder = None
     if holder is not None and reported is not None:
         if not is_entity_name(holder):
@@ -406,7 +407,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
     structured = [r for r in readings if r.kind in ("relation", "attribute")]
     # structured readings first; a clause read only as a statement is the claim's observation
     # when nothing structured came out of it
-    for r in [*structured, *[r for r in readings if r.kind not in ("relation", "attribute")]]:
+    ordered = [*structured, *[r for r in readings if r.kind not in ("relation", "attribute")]]
+    for n, r in enumerate(ordered):
         extra: dict[str, object] = {"attributed_to": holder} if holder else {}
         if r.features.get("undated"):
             extra["undated"] = True  # the claim's date belongs to another clause of it
@@ -465,6 +467,8 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                 continue
         if r.kind == "nonfact":
             continue
+        if r.kind in ("relation", "attribute") and any(o.kind in ("relation", "attribute") for o in ordered[n + 1:]):
+            continue  # "your account manager is Jun, who reports to Tiago": the relative clause may hold
         if r.kind == "statement" and any(d.kind == "relation" or d.features.get("attribute") for d in drafts):
             continue
         if r.kind == "statement" and r.subject:
@@ -491,6 +495,20 @@ def read_claim(claim: ClaimView, known_aliases: frozenset[str] = frozenset(),
                                      if r.kind != "plan" else "none", features=features))
         break  # one observation per claim: its text is the statement
     return drafts, (None if drafts else reason)
+
+
+def _of_the_reporter(readings: Sequence[Any], reporter: str, claim: ClaimView) -> list[AssertionDraft]:
+    """What the writer says of whoever reports ("Gareth Morgan, who manages the co-op, says
+    …"): a relative clause on the reporter is no part of the report."""
+    drafts: list[AssertionDraft] = []
+    for r in readings:
+        if r.kind == "relation" and r.features.get("relative") and not r.hedged and r.object \
+                and normalize_name(clean_surface(r.subject or "")) == normalize_name(reporter):
+            obj = clean_surface(r.object)
+            if is_entity_name(obj) and normalize_name(obj) != normalize_name(reporter):
+                drafts.extend(relation_drafts(reporter, r.predicate or "", obj, r.change,
+                                              previous_holder=r.previous_holder, dated=claim.valid_from is not None))
+    return drafts
 
 
 def _label_features(r: Any, anchor: str) -> dict[str, object]:

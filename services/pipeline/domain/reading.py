@@ -952,7 +952,7 @@ def read(text: str) -> list[Reading]:
                         # "the team, which is led by Omar": in a passive clause the noun is the object
                         subject = reading.subject if relative_clause.passive or len(members) > 1 \
                             else _np_text(token.head)
-                        features = {**reading.features, "undated": True} if undated else reading.features
+                        features = {**reading.features, "relative": True, **({"undated": True} if undated else {})}
                         extra.append(_replace(reading, subject=subject, features=features))
             # "the Saltmarsh Quay site, which Declan Shea manages": the noun is the clause's object
             if token.dep_ == "relcl" and token.pos_ == "VERB" and any(

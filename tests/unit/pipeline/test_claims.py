@@ -693,3 +693,12 @@ def test_until_the_end_of_a_quarter_or_a_year_is_an_end(text: str, until: date, 
     (found,) = timeparse.find_time_expressions(text, date(2026, 1, 8))
     assert (found.valid_from, found.valid_until and found.valid_until.date(), found.precision, found.kind) == (
         None, until, precision, "effective_period")
+
+
+def test_a_hyphenated_title_word_modifies_as_a_whole() -> None:
+    """"The <head>" under a title that modifies that head takes the title's modifier, and a
+    hyphenated modifier whole: never its second half alone."""
+    texts = _parsed_texts("# Long-haul freight tender\n\nThe freight budget rose to 80,000 GBP.\n")
+    assert "The long-haul freight budget rose to 80,000 GBP." in texts
+    texts = _parsed_texts("# Roof repair quote\n\nThe repair costs 4,200 EUR.\n")
+    assert "The roof repair costs 4,200 EUR." in texts

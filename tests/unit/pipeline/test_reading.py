@@ -806,3 +806,24 @@ def test_a_contract_or_a_licence_held_is_owned() -> None:
     assert (d.subject, d.predicate, d.object) == ("Nordfrakt", "other:owns", "harbour towage contract")
     found, _ = drafts("The team holds a stand-up every Monday.")
     assert not any(d.kind == "relation" for d in found)  # a meeting one holds is no ownership
+
+
+def test_a_relative_clause_holds_when_the_clause_before_it_names_no_entity() -> None:
+    found, _ = drafts("Since 8 June 2026 our shipping contact has been Ilse Brandt, who reports to Oren Katz.")
+    assert ("Ilse Brandt", "reports_to", "Oren Katz") in {(d.subject, d.predicate, d.object) for d in found}
+
+
+def test_a_relative_clause_on_the_reporter_is_the_writers_own_statement() -> None:
+    found, _ = drafts("Wanjiru Kamau, who chairs the parish council, says the hall roof will last another winter.")
+    assert [d.kind for d in found] == ["observation", "relation"]
+    assert (found[1].subject, found[1].object) == ("Wanjiru Kamau", "parish council")
+    # a relative clause inside what is reported stays the reporter's stance
+    found, _ = drafts("Wanjiru Kamau said that Ezra Cole, who chairs the parish council, is stepping down.")
+    assert [d.kind for d in found] == ["observation"]
+
+
+def test_a_reflexive_is_bound_by_its_own_clause() -> None:
+    document = "# Notes\n\nThe new kiln paid for itself within two seasons.\n"
+    texts = [d.claim_text for d in extract_parsed_claims(
+        ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
+    assert texts == ["The new kiln paid for itself within two seasons."]
