@@ -1089,6 +1089,13 @@ def extract_claims(item: ExtractionInput, *, speaker_prefix: bool = True, keep_u
 
 
 _POSSESSIVE_AFTER_RE = re.compile(r"['’]s\b")
+# "Sunday's total delay was 2 h 10 min", "March's churn rate was 2.1 percent": a possessive
+# date before a measured noun and its figure is when the figure was measured, not a thing's name
+_POSSESSIVE_MEASURE_RE = re.compile(
+    r"['’]s\s+(?P<noun>(?:[A-Za-z][\w-]*\s+){0,3}?[a-z][\w-]*)\s+(?P<verb>was|were|is|are|came\s+(?:in\s+at|to)"
+    r"|totall?ed|stood\s+at|reached|hit|averaged)\s+(?:(?:about|around|roughly|nearly|almost|just|over|under|down"
+    r"|up|at|by)\s+)*[-+]?[£$€]?\d")
+_PRESENT_MEASURE_VERBS = frozenset({"is", "are"})
 _MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
 
 
@@ -1102,6 +1109,18 @@ def _subordinate_spans(text: str) -> list[tuple[int, int]]:
             subtree = list(token.subtree)
             spans.append((subtree[0].idx, subtree[-1].idx + len(subtree[-1].text)))
     return spans
+
+
+def _possessive_measures(text: str, expressions: Sequence[timeparse.TimeExpression]
+                         ) -> list[tuple[timeparse.TimeExpression, re.Match[str]]]:
+    """The dates of ``text`` that open it as the possessor of a measured noun, with the match
+    (the noun and the verb before the figure)."""
+    found = []
+    for e in expressions:
+        match = _POSSESSIVE_MEASURE_RE.match(text, e.end)
+        if match is not None and not text[:e.start].strip():
+            found.append((e, match))
+    return found
 
 
 def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
@@ -1694,9 +1713,25 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     anchor, anchor_span = _anchor_for(ctx, sentence)
     weekdays = _weekday_tenses(document, sentence, part.start, part.end) if ctx.parsed and anchor is not None \
         else None
-    expressions = [e for e in timeparse.find_time_expressions(document[part.start:part.end], anchor, weekdays)]
+    text = document[part.start:part.end]
+    expressions = [e for e in timeparse.find_time_expressions(text, anchor, weekdays)]
+    measured = _possessive_measures(text, expressions)
+    if any(not e.resolved and e.text in timeparse.WEEKDAY_NAMES for e, _ in measured) and anchor is not None:
+        # the weekday of a figure said in the past is the one before ("Sunday's delay was …")
+        weekdays = {**(weekdays or {}), **{e.start: -1 for e, m in measured
+                                           if m.group("verb") not in _PRESENT_MEASURE_VERBS}}
+        expressions = [e for e in timeparse.find_time_expressions(text, anchor, weekdays)]
+        measured = _possessive_measures(text, expressions)
+    for e, m in measured:
+        if e.resolved and e.replacement is not None:
+            when = e.replacement
+            if not re.match(r"(?:on|in|during)\s", when):
+                when = f"{'on' if e.precision == 'day' else 'in'} {when}"
+            edits.append(_Edit(part.start + e.start, part.start + m.end("noun"), f"The {m.group('noun')} {when}",
+                               "date_resolved", f"{e.text}'s {m.group('noun')} -> the {m.group('noun')} {when}",
+                               (anchor_span,) if anchor_span is not None else ()))
     if not ctx.speaker_prefix:
-        named = [e for e in expressions if _date_as_modifier(document[part.start:part.end], e)]
+        named = [e for e in expressions if _date_as_modifier(text, e) and not any(e is d for d, _ in measured)]
         expressions = [e for e in expressions if e not in named]
         for e in named:  # "the budget for Q4" is the budget for Q4 2026: completed, but no window
             if e.resolved and e.replacement is not None and e.start == e.edit_start and not _MODIFIER_BEFORE_RE.search(

@@ -105,7 +105,13 @@ def clean_surface(phrase: str) -> str:
     words = phrase.strip(" ,.;:!?\"'()[]").split()
     while words and words[0].lower() in _STOP_LEADING:
         words = words[1:]
+    if len(words) > 1 and words[0] in _TIME_OF_NAME and words[1][:1].isupper():
+        words = words[1:]  # "the old ILLiad forms", "the new Eastfield store": the named thing
     return " ".join(words)
+
+
+# a name's own time said before it: no part of the name
+_TIME_OF_NAME = frozenset({"old", "new", "former", "previous", "existing", "current"})
 
 
 def is_entity_name(phrase: str) -> bool:

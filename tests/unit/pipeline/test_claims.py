@@ -702,3 +702,15 @@ def test_a_hyphenated_title_word_modifies_as_a_whole() -> None:
     assert "The long-haul freight budget rose to 80,000 GBP." in texts
     texts = _parsed_texts("# Roof repair quote\n\nThe repair costs 4,200 EUR.\n")
     assert "The roof repair costs 4,200 EUR." in texts
+
+
+def test_a_possessive_date_before_a_measured_figure_is_when_it_was_measured() -> None:
+    said = datetime(2026, 10, 14, 8, tzinfo=UTC)  # a Wednesday
+    found = _windows("Tuesday's footfall was 3,150.\nSeptember's refund rate was 1.4 percent.\n"
+                     "Yesterday's pick accuracy stood at 99.2 percent.\n", said)
+    assert found["The footfall on 13 October 2026 was 3,150."] == (date(2026, 10, 13), "day")
+    assert found["The refund rate in September 2026 was 1.4 percent."] == (date(2026, 9, 1), "month")
+    assert found["The pick accuracy on 13 October 2026 stood at 99.2 percent."] == (date(2026, 10, 13), "day")
+    # without a figure, a possessive date still names a thing
+    found = _windows("Tuesday's stock count was cancelled.\n", said)
+    assert list(found.values()) == [(None, "unknown")]

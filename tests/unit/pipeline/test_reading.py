@@ -827,3 +827,10 @@ def test_a_reflexive_is_bound_by_its_own_clause() -> None:
     texts = [d.claim_text for d in extract_parsed_claims(
         ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
     assert texts == ["The new kiln paid for itself within two seasons."]
+
+
+def test_old_or_new_before_a_name_is_no_part_of_it() -> None:
+    found, _ = drafts("The print room moved to the new Harcourt annexe.")
+    assert {d.object for d in found if d.kind == "relation"} == {"Harcourt annexe"}
+    # before a common noun it stays: "the new hire" is not "hire"
+    assert one("The new hire reports to Dana Cole.").subject == "new hire"
