@@ -214,6 +214,8 @@ _NOT_PREMODIFIERS = frozenset("only also just even still now then already almost
 _ATTRIBUTE_PREPS = _NP_KEEP_PREPS | {"in", "at", "per", "among"}
 # "on leave", "on call": a state of the person, not work on a thing
 _NOT_WORK = frozenset("leave holiday vacation call duty site track time schedule board hold break sabbatical".split())
+# what one is "on" as a customer of it: "they're on the Fleet Pro plan"
+_TIER_HEADS = frozenset("plan tier edition subscription package licence license bundle".split())
 
 
 def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
@@ -1376,6 +1378,8 @@ def _simple_past(verb: Any) -> bool:
 
 
 def _membership(obj: Any) -> str:
+    if obj.lemma_.lower() in _TIER_HEADS:
+        return "uses"
     if _is_org(obj):
         return "works_for"
     if obj.lemma_.lower() in _GROUP_HEADS or any(t.lower_ in _GROUP_HEADS for t in obj.subtree):
@@ -1477,6 +1481,10 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # cloud it moves to is where it is hosted)
             return _rel(subjects, "uses", _np_text(destination), succession, text,
                         previous=_np_text(source) if source is not None else None)
+        if destination.lemma_.lower() in _TIER_HEADS:  # "moved Kestrel Optics onto the Lite plan"
+            moved = c.objects if c.objects and not c.passive else c.subjects
+            return _rel([_np_text(t) for t in moved], "uses", _np_text(destination), succession, text,
+                        previous=_np_text(source) if source is not None else None)
         if _is_place(destination) or destination.lemma_.lower() in _PLACE_HEADS:
             predicate = "located_in"  # to Leeds, to the third floor, to the stock room
         elif _is_personish(mover) and not _names_a_system(mover):
@@ -1544,6 +1552,10 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             # kind ("the incident was handled by Rosa" is one event, not a duty)
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _held_as(c.subjects[0]),
                         _np_text(c.subjects[0]), change, text)
+        if c.agent is not None and base == "hold" and c.subjects and c.subjects[0].lemma_.lower() in _HELD_THINGS:
+            # "the park-and-ride contract is held by Greenline Buses"
+            return _rel([_np_text(t) for t in _conjuncts(c.agent)], "other:owns", _np_text(c.subjects[0]), change,
+                        text)
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
@@ -1611,6 +1623,8 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             on = _non_time(c.preps.get("on"))
             if on is not None and on.lower_ in _NOT_WORK:
                 return None
+            if on is not None and subjects and on.lemma_.lower() in _TIER_HEADS:
+                return _rel(subjects, "uses", _np_text(on), change, text)
             if on is not None and subjects and c.subjects and _is_personish(c.subjects[0]):
                 return _rel(subjects, "works_on", _np_text(on), change, text)
             place = _non_time(c.preps.get("in") or c.preps.get("at"))

@@ -834,3 +834,16 @@ def test_old_or_new_before_a_name_is_no_part_of_it() -> None:
     assert {d.object for d in found if d.kind == "relation"} == {"Harcourt annexe"}
     # before a common noun it stays: "the new hire" is not "hire"
     assert one("The new hire reports to Dana Cole.").subject == "new hire"
+
+
+def test_a_plan_or_tier_one_is_on_is_used() -> None:
+    d = one("Brackwater Mills are on the Loom Basic plan.")
+    assert (d.subject, d.predicate, d.object) == ("Brackwater Mills", "uses", "Loom Basic plan")
+    found, _ = drafts("Ostrava Dental moved from the Starter tier to the Clinic tier.")
+    assert {(d.predicate, d.object) for d in found if d.kind == "relation"} >= {("uses", "Clinic tier")}
+    assert one("Petra is on the billing team.").predicate == "works_on"  # a team is still worked on
+
+
+def test_a_thing_held_by_someone_is_theirs() -> None:
+    d = one("The street-lighting maintenance contract is held by Voltline.")
+    assert (d.subject, d.predicate, d.object) == ("Voltline", "other:owns", "street-lighting maintenance contract")
