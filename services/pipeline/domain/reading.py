@@ -571,7 +571,7 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             modal = "hypothetical"
         elif dep == "aux" and child.lower_ in ("'d",):
             modal = "hypothetical"
-        elif dep == "attr":
+        elif dep == "attr" and not child.is_punct:  # the full stop the parser hangs as a second attr
             attr = child
         elif dep == "acomp":
             acomp = child
@@ -1745,7 +1745,10 @@ def _value_of(token: Any) -> str:
             # "63 percent as of 4 December": when it held is the claim's window
             skip.update(t.i for t in child.subtree)
     words = [t for t in token.subtree if t.dep_ != "punct" and t.i not in skip]
-    return re.sub(r"\s+", " ", "".join(t.text_with_ws for t in words)).strip()
+    value = re.sub(r"\s+", " ", "".join(t.text_with_ws for t in words)).strip()
+    if words and words[-1].i == len(token.doc) - 1 and value.endswith("."):
+        value = value[:-1]  # "6 min 30 s.": the sentence's full stop, read into its last word
+    return value
 
 
 def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:

@@ -847,3 +847,12 @@ def test_a_plan_or_tier_one_is_on_is_used() -> None:
 def test_a_thing_held_by_someone_is_theirs() -> None:
     d = one("The street-lighting maintenance contract is held by Voltline.")
     assert (d.subject, d.predicate, d.object) == ("Voltline", "other:owns", "street-lighting maintenance contract")
+
+
+@pytest.mark.parametrize("text, label", [
+    ("The total downtime was 3 h 25 min.", "total downtime: 3 h 25 min"),
+    ("Mean call wait was 4 min 10 s.", "Mean call wait: 4 min 10 s"),
+])
+def test_a_duration_in_short_units_is_the_value(text: str, label: str) -> None:
+    d = one(text)
+    assert (d.kind, d.statement) == ("observation", label)
