@@ -1096,6 +1096,13 @@ _POSSESSIVE_MEASURE_RE = re.compile(
     r"|totall?ed|stood\s+at|reached|hit|averaged)\s+(?:(?:about|around|roughly|nearly|almost|just|over|under|down"
     r"|up|at|by)\s+)*[-+]?[£$€]?\d")
 _PRESENT_MEASURE_VERBS = frozenset({"is", "are"})
+# the time a figure is measured against: "up 12 percent on last year", "higher than last
+# week", "versus Q1" (a change needs its figure: "stepped down from the committee on 9 May" is no comparison)
+_COMPARED_WITH_RE = re.compile(
+    r"(?:\b(?:up|down|rose|fell|grew|increased|decreased|dropped|gained|lost)\s+(?:by\s+)?[-+]?\d[\d.,]*\s*"
+    r"(?:%|percent|per\s+cent|points?|pts?|[A-Za-z]{1,5})?\s+(?:on|over|from)"
+    r"|\b(?:higher|lower|more|less|better|worse|bigger|smaller|greater|fewer)\s+than"
+    r"|\b(?:compared\s+(?:with|to)|versus|vs\.?|relative\s+to|against))\s+$", re.IGNORECASE)
 _MODIFIER_BEFORE_RE = re.compile(r"(?:^|\s)(?:the|our|their|its|this|his|her|my|your|a|an)\s+$", re.IGNORECASE)
 
 
@@ -1730,6 +1737,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             edits.append(_Edit(part.start + e.start, part.start + m.end("noun"), f"The {m.group('noun')} {when}",
                                "date_resolved", f"{e.text}'s {m.group('noun')} -> the {m.group('noun')} {when}",
                                (anchor_span,) if anchor_span is not None else ()))
+    for e in [e for e in expressions if _COMPARED_WITH_RE.search(text[:e.edit_start])]:
+        # "up 12 percent on last year": the time compared with, not the statement's
+        expressions.remove(e)
+        if e.resolved and e.replacement is not None:
+            edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end,
+                               re.sub(r"^(?:in|on|during)\s+", "", e.replacement), "date_resolved",
+                               f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
     if not ctx.speaker_prefix:
         named = [e for e in expressions if _date_as_modifier(text, e) and not any(e is d for d, _ in measured)]
         expressions = [e for e in expressions if e not in named]

@@ -720,6 +720,7 @@ def _without_prefix(text: str) -> tuple[str, bool]:
     return rest[:1].upper() + rest[1:], bool(match.group("correction"))
 
 
+_FIGURE_COMMENT = re.compile(r"^(\D{0,3}\d[\d.,]*(?:\s+[^,\s]+){0,3}?),\s+(?=[a-z]).*$")
 _KEY_VALUE = re.compile(r"^\s*(?P<name>[A-Za-z][\w '’/&()-]{1,60}?)\s*:\s+(?P<value>[^:]*?\d[^:]*?)\s*[.;]?\s*$")
 
 
@@ -821,6 +822,7 @@ def read(text: str) -> list[Reading]:
         return read(value[:1].upper() + value[1:])
     # "11 (7 civils, 4 sparkies)", "0.6 bar (normal 1.0-1.5 bar)": an aside after the value is no part of it
     value = re.sub(r"\s*\([^()]*\)", "", key_value.group("value")).strip() if key_value is not None else ""
+    value = _FIGURE_COMMENT.sub(r"\1", value)  # "184, our best Saturday so far": the figure
     if key_value is not None and value and len(value.split()) <= 6 and re.search(r"\d", value):
         name = _without_trailing_time(key_value.group("name").strip())
         return [_attr(name[:1].upper() + name[1:], None, _without_trailing_time(value), "none", text, state=False)]
@@ -1744,8 +1746,18 @@ def _value_of(token: Any) -> str:
                                                              for g in p.children)] if o.dep_ == "pobj"))):
             # "63 percent as of 4 December": when it held is the claim's window
             skip.update(t.i for t in child.subtree)
+    comma = next((t.i for t in token.subtree if t.i > token.i and t.text == ","), None)
+    if comma is not None:
+        # "212 GWh, 6 percent below plan", "184, our best Saturday so far": what follows the
+        # figure's comma compares or comments on it
+        skip.update(t.i for t in token.subtree if t.i > comma)
     words = [t for t in token.subtree if t.dep_ != "punct" and t.i not in skip]
-    value = re.sub(r"\s+", " ", "".join(t.text_with_ws for t in words)).strip()
+    text = token.doc.text
+    # words the value skips leave the space they stood in ("212 GWh", not "212 GWh6")
+    value = "".join(t.text + ("" if n + 1 == len(words) else t.whitespace_ if words[n + 1].i == t.i + 1 else
+                              " " if any(ch.isspace() for ch in text[t.idx + len(t.text):words[n + 1].idx]) else "")
+                    for n, t in enumerate(words))
+    value = re.sub(r"\s+", " ", value).strip()
     if words and words[-1].i == len(token.doc) - 1 and value.endswith("."):
         value = value[:-1]  # "6 min 30 s.": the sentence's full stop, read into its last word
     return value

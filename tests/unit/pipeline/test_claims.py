@@ -714,3 +714,12 @@ def test_a_possessive_date_before_a_measured_figure_is_when_it_was_measured() ->
     # without a figure, a possessive date still names a thing
     found = _windows("Tuesday's stock count was cancelled.\n", said)
     assert list(found.values()) == [(None, "unknown")]
+
+
+def test_the_time_a_figure_is_compared_with_is_not_the_statements_time() -> None:
+    said = datetime(2026, 6, 10, 8, tzinfo=UTC)
+    found = _windows("Bookings were 3,400, up 9 percent on last year.\nMargin fell 2 points versus last quarter.\n"
+                     "Bookings rose 9 percent in May.\n", said)
+    assert found["Bookings were 3,400, up 9 percent on 2025."] == (None, "unknown")
+    assert found["Margin fell 2 points versus Q1 2026."] == (None, "unknown")
+    assert found["Bookings rose 9 percent in May 2026."] == (date(2026, 5, 1), "month")

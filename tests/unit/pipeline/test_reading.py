@@ -856,3 +856,11 @@ def test_a_thing_held_by_someone_is_theirs() -> None:
 def test_a_duration_in_short_units_is_the_value(text: str, label: str) -> None:
     d = one(text)
     assert (d.kind, d.statement) == ("observation", label)
+
+
+@pytest.mark.parametrize("text, label", [
+    ("Tickets sold: 412, a record for a Tuesday.", "Tickets sold: 412"),
+    ("Output was 96 tonnes, 4 percent over target.", "Output: 96 tonnes"),
+])
+def test_a_comment_after_a_figures_comma_is_no_part_of_the_value(text: str, label: str) -> None:
+    assert one(text).statement == label
