@@ -1739,7 +1739,11 @@ def _value_of(token: Any) -> str:
             # "70,000 EUR, not 75,000 EUR", "70 EUR instead of 75 EUR": the value corrected
             # away is no part of the value
             skip.update(t.i for t in child.subtree)
-            skip.update(range(token.i + 1, child.i))
+            # from the comma or "not" on: "180 GBP a year, not 150 GBP" keeps "a year"
+            skip.update(range(next((i for i in range(token.i + 1, child.i) if token.doc[i].is_punct
+                                    or token.doc[i].dep_ == "cc"
+                                    or token.doc[i].lower_ in ("not", "n't", "instead", "rather")), child.i),
+                              child.i))
         if child.dep_ in ("prep", "relcl", "acl", "advcl") and child.i > token.i and (
                 child.dep_ != "prep" or (child.lower_ not in ("per", "of", "each", "a") and any(
                     _is_time(o) for o in [*child.children, *(g for p in child.children if p.dep_ == "prep"
@@ -1823,6 +1827,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         when = _first(c.preps, "on", "in", "by", "at", "for")
         if when is not None and _is_time(when) and c.subjects and not _is_person(c.subjects[0]):
             return [_attr(name, None, _value_of(when), change, text, schedule=True)]
+    if base in ("remain", "stay") and not _is_person(thing):
+        # "the allotment rent remains 42 GBP per plot": a value that still holds
+        held = c.attr or c.oprd or next((t for t in c.head.children if t.dep_ == "npadvmod"), None)
+        if held is not None and _is_valueish(held) and not _is_time(held):
+            return [_attr(name, None, _value_of(held), change, text, state=True)]
     if base == "be":
         value = c.attr or c.acomp
         if value is not None and (value.lemma_.lower() in _STATUS_WORDS or value.lower_ in _STATUS_WORDS):

@@ -864,3 +864,11 @@ def test_a_duration_in_short_units_is_the_value(text: str, label: str) -> None:
 ])
 def test_a_comment_after_a_figures_comma_is_no_part_of_the_value(text: str, label: str) -> None:
     assert one(text).statement == label
+
+
+@pytest.mark.parametrize("text, label", [
+    ("The pitch hire stays 55 GBP per session.", "pitch hire: 55 GBP per session"),
+    ("Correction: the locker deposit is 20 GBP a term, not 15 GBP.", "locker deposit: 20 GBP a term"),
+])
+def test_a_value_that_remains_or_is_corrected_keeps_its_unit(text: str, label: str) -> None:
+    assert one(text).statement == label
