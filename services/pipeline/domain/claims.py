@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from services.pipeline.domain import timeparse
-from services.pipeline.domain.entities import ABBREVIATED_TITLES, TITLE_PATTERN
+from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS, TITLE_PATTERN
 from services.platform import structure
 
 __all__ = [
@@ -2059,6 +2059,8 @@ def _resolve_pronouns(ctx: _Context, sentence: _Sentence, part: _Part) -> list[_
             if person is None:
                 return word
             name, span = person
+            if objective and ctx.parsed and _same_as_its_subject(ctx, sentence, start, name, edits):
+                return word  # "she thanked him", both read as Tom Reyes: one of them is wrong
             possessive = base in ("his", "hers") or (
                 base == "her" and next_word is not None and next_word.islower() and next_word not in _FUNCTION_WORDS
                 and next_word not in _AUX)
@@ -2239,6 +2241,11 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
     own = {m[2].split()[0]: m for m in _person_mentions(ctx.model, sentence.start, position, sentence.start)}
     if len(own) > 1 and clause_start is not None and clause_start > sentence.start:
         own = {k: m for k, m in own.items() if m[0] < clause_start}  # an object pronoun's clause subject is not it
+    if len(own) > 1 and clause_start is not None and ctx.parsed:
+        # "…, and Ben Cartwright now works on it with her": nor is the subject of its own verb
+        subject = _clause_subject_span(ctx.model.text, sentence.start, sentence.end, position)
+        if subject is not None:
+            own = {k: m for k, m in own.items() if not (subject[0] <= m[0] < subject[1])}
     if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
         own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
     if len(own) == 1 and position > sentence.start:
@@ -2294,6 +2301,33 @@ def _parsed_person(document: str, sentence_start: int, mention: tuple[int, int, 
         return False  # "Kestrel Labs", which the small model tags a person
     doc = nlp.parse(document[sentence_start:mention[1]])
     return any(t.ent_type_ == "PERSON" for t in doc if t.idx >= mention[0] - sentence_start)
+
+
+def _same_as_its_subject(ctx: _Context, sentence: _Sentence, position: int, name: str,
+                         edits: Sequence[_Edit]) -> bool:
+    """Whether an object pronoun at ``position`` would name the person its own clause's
+    subject is, as written or as a pronoun already resolved."""
+    subject = _clause_subject_span(ctx.model.text, sentence.start, sentence.end, position)
+    if subject is None:
+        return False
+    said = ctx.model.text[subject[0]:subject[1]]
+    return name in said or any(subject[0] <= e.start < subject[1] and name in e.replacement for e in edits)
+
+
+def _clause_subject_span(document: str, start: int, end: int, position: int) -> tuple[int, int] | None:
+    """Offsets of the subject of the verb that governs the word at ``position`` in
+    ``document[start:end]`` (one sentence), from the English parse."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[start:end])
+    token = next((t for t in doc if t.idx == position - start), None)
+    while token is not None and token.pos_ not in ("VERB", "AUX") and token.head is not token:
+        token = token.head
+    subject = None if token is None else next(
+        (t for t in token.children if t.dep_ in ("nsubj", "nsubjpass")), None)
+    if subject is None:
+        return None
+    return start + subject.left_edge.idx, start + subject.right_edge.idx + len(subject.right_edge.text)
 
 
 def _parsed_subject(document: str, start: int, end: int) -> int | None:
@@ -2391,7 +2425,7 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
     name alone is the one full name the document gave it before (not when it gave two)."""
     document = ctx.model.text
     if ctx.full_names is None:  # one line's words, not a heading and the line after it
-        ctx.full_names = [m for m in _person_mentions(ctx.model, 0, len(document), 0)
+        ctx.full_names = [m for m in map(_without_role, _person_mentions(ctx.model, 0, len(document), 0))
                           if 2 <= len(m[2].split()) <= 3 and m[2] == " ".join(m[2].split())]
     full: dict[str, set[str]] = {}
     spans: dict[str, tuple[int, int]] = {}
@@ -2424,6 +2458,15 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
             edits.append(_Edit(start, end, whole, "reference_expanded", f"{match.group()} -> {whole}",
                                (spans[whole],)))
     return edits
+
+
+def _without_role(mention: tuple[int, int, str]) -> tuple[int, int, str]:
+    """"Landlord Ms Petra Novak": the titled name, without the role said before its title."""
+    start, end, name = mention
+    role, _, rest = name.partition(" ")
+    if rest and rest.split()[0].rstrip(".").lower() in HONORIFICS and role.lower() not in HONORIFICS:
+        return start + len(role) + 1, end, rest
+    return mention
 
 
 _TITLED_SURNAME_RE = re.compile(rf"(?<![\w'’])(?:{TITLE_PATTERN})\.?\s+([A-Z][\w'’-]+)(?![\w'’-]|\s+[A-Z])")

@@ -319,6 +319,10 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     tokens = [t for t in _np_tokens(token, keep) if not (t.head.i == token.i and _contracted(t))]
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
+    # "Landlord Ms Petra Novak", "Tenant Mr Olu Bankole": a role said before the title is no part of it
+    if len(tokens) > 3 and tokens[1].lower_.rstrip(".") in HONORIFICS and tokens[0].is_alpha \
+            and tokens[0].text[:1].isupper() and tokens[0].lower_ not in HONORIFICS and tokens[2].text[:1].isupper():
+        tokens = tokens[1:]
     # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
     while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in HONORIFICS:
         rest = tokens[2:] if tokens[1].text == "." else tokens[1:]  # "Capt. Nils Johansson"
@@ -1712,6 +1716,12 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:
             return None
+        named = [o for o in c.objects if o.pos_ == "PROPN" and o.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS]
+        if base == "run" and named and c.subjects[0].pos_ == "NOUN" and not _is_personish(c.subjects[0]) \
+                and (c.subjects[0].lemma_.lower() in _PLACE_HEADS
+                     or c.subjects[0].lemma_.lower() not in _GROUP_HEADS | _LED_HEADS):
+            # "the roastery runs a Loring S35", "the Leeds site runs SAP": a machine or a system it uses
+            return [r for obj in named for r in (_rel(subjects, "uses", _np_text(obj), change, text) or [])] or None
         if predicate in ("authored", "created", "founded") and c.head.tag_ == "VBG":
             return None  # "is now writing up his thesis": a work in progress, not yet made
         return [r for obj in c.objects for r in (_rel(subjects, predicate, _np_text(obj), change, text) or [])] or None

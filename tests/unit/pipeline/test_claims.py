@@ -723,3 +723,16 @@ def test_the_time_a_figure_is_compared_with_is_not_the_statements_time() -> None
     assert found["Bookings were 3,400, up 9 percent on 2025."] == (None, "unknown")
     assert found["Margin fell 2 points versus Q1 2026."] == (None, "unknown")
     assert found["Bookings rose 9 percent in May 2026."] == (date(2026, 5, 1), "month")
+
+
+def test_an_object_pronoun_is_not_the_subject_of_its_own_clause() -> None:
+    texts = _parsed_texts("Ines Moreau still leads the Aldgate refit, and Kofi Boateng now works on it with her.\n")
+    assert any("with Ines Moreau" in t for t in texts)
+    # both pronouns of one clause read as one person: one of them is wrong, so neither is kept
+    texts = _parsed_texts("Lena Fox met Omar Reyes and she thanked him.\n")
+    assert not any("thanked" in t for t in texts)
+
+
+def test_a_title_and_surname_after_a_role_titled_name_is_that_name() -> None:
+    texts = _parsed_texts("- Supplier contact Dr Aiko Tanaka signs the order.\n- Dr Tanaka approved the invoice.\n")
+    assert "Dr Aiko Tanaka approved the invoice." in texts

@@ -872,3 +872,14 @@ def test_a_comment_after_a_figures_comma_is_no_part_of_the_value(text: str, labe
 ])
 def test_a_value_that_remains_or_is_corrected_keeps_its_unit(text: str, label: str) -> None:
     assert one(text).statement == label
+
+
+def test_a_role_before_a_title_is_no_part_of_the_name() -> None:
+    d = one("Tenant Mr Olu Bankole lives in Croydon.")
+    assert (d.subject, d.object) == ("Olu Bankole", "Croydon")
+
+
+def test_a_place_or_thing_that_runs_a_named_machine_uses_it() -> None:
+    d = one("The bottling hall runs a Krones Modulfill.")
+    assert (d.subject, d.predicate, d.object) == ("bottling hall", "uses", "Krones Modulfill")
+    assert one("The board runs the Winter Gala.").predicate == "other:leads"  # a body runs what it leads
