@@ -2243,9 +2243,9 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
         own = {k: m for k, m in own.items() if m[0] < clause_start}  # an object pronoun's clause subject is not it
     if len(own) > 1 and clause_start is not None and ctx.parsed:
         # "…, and Ben Cartwright now works on it with her": nor is the subject of its own verb
-        subject = _clause_subject_span(ctx.model.text, sentence.start, sentence.end, position)
-        if subject is not None:
-            own = {k: m for k, m in own.items() if not (subject[0] <= m[0] < subject[1])}
+        own_subject = _clause_subject_span(ctx.model.text, sentence.start, sentence.end, position)
+        if own_subject is not None:
+            own = {k: m for k, m in own.items() if not (own_subject[0] <= m[0] < own_subject[1])}
     if len(own) > 1:  # "Noah Berg joined Kestrel Labs …, and he …": the names the parse calls people
         own = {k: m for k, m in own.items() if _parsed_person(ctx.model.text, sentence.start, m)}
     if len(own) == 1 and position > sentence.start:
