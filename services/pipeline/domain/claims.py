@@ -1096,6 +1096,8 @@ _POSSESSIVE_MEASURE_RE = re.compile(
     r"|totall?ed|stood\s+at|reached|hit|averaged)\s+(?:(?:about|around|roughly|nearly|almost|just|over|under|down"
     r"|up|at|by)\s+)*[-+]?[£$€]?\d")
 _PRESENT_MEASURE_VERBS = frozenset({"is", "are"})
+_FOR_BEFORE_RE = re.compile(r"[a-z]\s+(for)\s+$")
+_PAST_COPULA_RE = re.compile(r"\s+(?:was|were|came\s+(?:in\s+at|to)|totall?ed|stood\s+at|averaged)\s+[^.;]*\d")
 # the time a figure is measured against: "up 12 percent on last year", "higher than last
 # week", "versus Q1" (a change needs its figure: "stepped down from the committee on 9 May" is no comparison)
 _COMPARED_WITH_RE = re.compile(
@@ -1720,6 +1722,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     anchor, anchor_span = _anchor_for(ctx, sentence)
     weekdays = _weekday_tenses(document, sentence, part.start, part.end) if ctx.parsed and anchor is not None \
         else None
+    dated_by = (anchor_span,) if anchor_span is not None else ()  # the evidence of a resolved date
     text = document[part.start:part.end]
     expressions = [e for e in timeparse.find_time_expressions(text, anchor, weekdays)]
     measured = _possessive_measures(text, expressions)
@@ -1736,14 +1739,24 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
                 when = f"{'on' if e.precision == 'day' else 'in'} {when}"
             edits.append(_Edit(part.start + e.start, part.start + m.end("noun"), f"The {m.group('noun')} {when}",
                                "date_resolved", f"{e.text}'s {m.group('noun')} -> the {m.group('noun')} {when}",
-                               (anchor_span,) if anchor_span is not None else ()))
+                               dated_by))
     for e in [e for e in expressions if _COMPARED_WITH_RE.search(text[:e.edit_start])]:
         # "up 12 percent on last year": the time compared with, not the statement's
         expressions.remove(e)
         if e.resolved and e.replacement is not None:
             edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end,
                                re.sub(r"^(?:in|on|during)\s+", "", e.replacement), "date_resolved",
-                               f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
+                               f"{e.text} -> {e.replacement}", dated_by))
+    for e in expressions:
+        preposition = _FOR_BEFORE_RE.search(text, 0, e.start)
+        if preposition is not None and e.resolved and e.replacement is not None and anchor is not None \
+                and e.valid_until is not None and e.valid_until.date() < anchor and _PAST_COPULA_RE.match(text, e.end):
+            # "the milk price for January was 41.2 pence": a figure of a period already over was
+            # measured over it, not the name of a target ("the storage budget for Q4 is …")
+            edits.append(_Edit(part.start + preposition.start(1), part.start + e.edit_end,
+                               "in " + re.sub(r"^(?:in|on|during)\s+", "", e.replacement), "date_resolved",
+                               f"for {e.text} -> in {e.replacement}", dated_by))
+            measured.append((e, preposition))
     if not ctx.speaker_prefix:
         named = [e for e in expressions if _date_as_modifier(text, e) and not any(e is d for d, _ in measured)]
         expressions = [e for e in expressions if e not in named]
@@ -1752,7 +1765,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
                     document[part.start:part.start + e.start]) and not _POSSESSIVE_AFTER_RE.match(
                     document, part.start + e.end):
                 edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end, e.replacement, "date_resolved",
-                                   f"{e.text} -> {e.replacement}", (anchor_span,) if anchor_span is not None else ()))
+                                   f"{e.text} -> {e.replacement}", dated_by))
     chosen = None
     resolved = [e for e in expressions if e.resolved]
     if resolved:
@@ -1787,7 +1800,7 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         if chosen.replacement is not None:
             edit = _Edit(part.start + chosen.edit_start, part.start + chosen.edit_end, chosen.replacement,
                          "date_resolved", f"{chosen.text} -> {chosen.replacement}",
-                         (anchor_span,) if anchor_span is not None else ())
+                         dated_by)
             if not any(_overlaps(edit, other) for other in edits):
                 edits.append(edit)
     # 4. build the text

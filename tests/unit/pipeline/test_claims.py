@@ -736,3 +736,11 @@ def test_an_object_pronoun_is_not_the_subject_of_its_own_clause() -> None:
 def test_a_title_and_surname_after_a_role_titled_name_is_that_name() -> None:
     texts = _parsed_texts("- Supplier contact Dr Aiko Tanaka signs the order.\n- Dr Tanaka approved the invoice.\n")
     assert "Dr Aiko Tanaka approved the invoice." in texts
+
+
+def test_a_figure_for_a_period_already_over_was_measured_over_it() -> None:
+    said = datetime(2026, 6, 10, 8, tzinfo=UTC)
+    found = _windows("Footfall for April was 18,400.\nThe print budget for Q3 is 4,000 GBP.\n", said)
+    assert found["Footfall in April 2026 was 18,400."] == (date(2026, 4, 1), "month")
+    # a period still to come (or under way) names a target: no window
+    assert found["The print budget for Q3 2026 is 4,000 GBP."] == (None, "unknown")
