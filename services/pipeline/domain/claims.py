@@ -970,9 +970,14 @@ def _person_mentions(model: _Model, start: int, end: int, sentence_start: int) -
             tail = _tokens(document[match.end():min(end, match.end() + 60)])
             if not _name_like_initial(model, first, tail):
                 continue
+        if _NUMBERED_RE.match(document, match.end()):
+            continue  # "Store 214", "Block C", "Pump 2": a numbered thing, not a person
         name = _strip_possessive(match.group())
         found.append((match.start(), match.start() + len(name), name))
     return found
+
+
+_NUMBERED_RE = re.compile(r"[ \t]+(?:\d+[A-Za-z]?|[A-Z])\b(?![.'’]\w)")
 
 
 def _third_person(word: str) -> str:

@@ -157,6 +157,10 @@ cloudflare akamai fastly scaleway""".split())
 _SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
+# a person's role said before their name ("deputy manager Dean Whitaker"): no part of the name
+_ROLE_BEFORE_NAME = frozenset("""manager director lead engineer officer analyst solicitor clerk assistant supervisor
+contact landlord tenant colleague trainee intern nurse doctor consultant technician administrator adviser advisor
+specialist planner designer developer owner head chair coordinator""".split())
 # what is held when "ownership of X" or "leadership of X" passes to someone
 _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
@@ -333,7 +337,8 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     tokens = [t for i, t in enumerate(tokens) if not (i and t.lower_ in ("the", "a", "an") and t.dep_ == "det")]
     # "the internal tool Quasar", "our CRM system Hubbl": a kind noun before a name is no part of it
     kind = next((i for i in range(len(tokens) - 1, 0, -1) if tokens[i - 1].pos_ == "NOUN"
-                 and tokens[i - 1].text.islower() and tokens[i - 1].lemma_.lower() in _THING_HEADS | _KIND_NOUNS
+                 and tokens[i - 1].text.islower() and (tokens[i - 1].lemma_.lower() in _THING_HEADS | _KIND_NOUNS or (
+                     tokens[i - 1].lemma_.lower() in _ROLE_BEFORE_NAME and len(tokens) - i >= 2))
                  and all(t.pos_ == "PROPN" and t.text.istitle() for t in tokens[i:])), None)
     if kind is not None and tokens[kind - 1].i + 1 == tokens[kind].i:
         tokens = tokens[kind:]
@@ -987,7 +992,8 @@ def read(text: str) -> list[Reading]:
                         else r
                         for r in main]
             if main_undated or (head is root and root_undated) or (head.dep_ == "advcl" and head.tag_ == "VBN"
-                                                                   and not _dated_within(sentence, head, dates)):
+                                                                   and not _dated_within(sentence, head, dates)) \
+                    or _another_subjects_undated_clause(sentence, root, head, dates):
                 main = [_replace(r, features={**r.features, "undated": True}) for r in main]
             main = [_replace(r, hedged=True) for r in main] if head in hedged_heads else main
             if head in standing:  # "joined the data team in May, reporting to Li": from then on
@@ -1028,6 +1034,21 @@ def _starts_in(dates: list[int], span: tuple[int, int]) -> bool:
 def _all_within(dates: list[int], spans: list[tuple[int, int]]) -> bool:
     """Whether the sentence has dates and every one of them starts inside one of ``spans``."""
     return bool(dates) and bool(spans) and all(any(_starts_in([d], span) for span in spans) for d in dates)
+
+
+def _another_subjects_undated_clause(sentence: Any, root: Any, head: Any, dates: list[int]) -> bool:
+    """"X has managed the store since 2024, and Dean reports to her": a clause joined by "and"
+    or "but" with a subject of its own and no date of its own does not take the first one's
+    (one joined by "so" or "then" follows from it, at its time)."""
+    if head is root or head.dep_ != "conj" or head.head.i != root.i or not dates:
+        return False
+    if _dated_within(sentence, head, dates):
+        return False
+    subject = next((c for c in head.children if c.dep_ in ("nsubj", "nsubjpass")), None)
+    if subject is None or subject.lower_ in _RELATIVE_WORDS:
+        return False
+    between = sentence.doc[max(root.i, subject.left_edge.i - 3):subject.left_edge.i]
+    return not any(t.lower_ in ("so", "then", "thus", "therefore", "hence", "consequently") for t in between)
 
 
 def _dated_within(sentence: Any, head: Any, dates: list[int]) -> bool:

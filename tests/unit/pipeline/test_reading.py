@@ -883,3 +883,19 @@ def test_a_place_or_thing_that_runs_a_named_machine_uses_it() -> None:
     d = one("The bottling hall runs a Krones Modulfill.")
     assert (d.subject, d.predicate, d.object) == ("bottling hall", "uses", "Krones Modulfill")
     assert one("The board runs the Winter Gala.").predicate == "other:leads"  # a body runs what it leads
+
+
+def test_a_clause_with_its_own_subject_does_not_take_the_first_clauses_date() -> None:
+    found, _ = drafts("Greta Holm has run the Malmö depot since 2023, and Ivo Berg reports to Greta Holm.",
+                      valid_from=dt.datetime(2023, 1, 1, tzinfo=dt.UTC))
+    undated = {(d.subject, d.object): bool(d.features.get("undated")) for d in found if d.kind == "relation"}
+    assert undated == {("Greta Holm", "Malmö depot"): False, ("Ivo Berg", "Greta Holm"): True}
+
+
+def test_a_role_before_a_name_and_a_numbered_thing_are_no_people() -> None:
+    d = one("Site supervisor Nadia Rahman reports to Omar Haddad.")
+    assert d.subject == "Nadia Rahman"
+    document = "# Notes\n\nLeila Haddad has run Depot 7 since May, and shift lead Ivo Berg reports to her.\n"
+    texts = [c.claim_text for c in extract_parsed_claims(
+        ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
+    assert any(t.endswith("reports to Leila Haddad.") for t in texts), texts
