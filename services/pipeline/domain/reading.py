@@ -157,6 +157,9 @@ cloudflare akamai fastly scaleway""".split())
 _SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
+# what is done in a system one uses: "tracked in AMOS", "processed in Xero"
+_RECORDED = frozenset("""track log record process book schedule invoice bill ticket document manage handle plan
+file submit approve""".split())
 # a person's role said before their name ("deputy manager Dean Whitaker"): no part of the name
 _ROLE_BEFORE_NAME = frozenset("""manager director lead engineer officer analyst solicitor clerk assistant supervisor
 contact landlord tenant colleague trainee intern nurse doctor consultant technician administrator adviser advisor
@@ -314,6 +317,11 @@ def _glued(token: Any) -> bool:
 
 
 def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
+    if token.pos_ == "NOUN" and token.lemma_.lower() in _ROLE_BEFORE_NAME | set(_ROLE_NOUNS):
+        named = next((c for c in token.children if c.dep_ == "appos" and c.pos_ == "PROPN"
+                      and c.ent_type_ not in ("ORG", "GPE", "DATE")), None)
+        if named is not None:  # "the country director, Samuel Otieno": the person named
+            return _np_text(named)
     for child in token.children:  # "a small studio called Pixelmoor": the name
         if child.dep_ == "acl" and child.lemma_.lower() in ("call", "name"):
             named = next((c for c in child.children if c.dep_ in ("oprd", "attr", "dobj", "xcomp")), None)
@@ -1733,6 +1741,11 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         # "FrioTrans holds the haulage contract", "Greenline holds the park-and-ride licence"
         return [r for obj in c.objects for r in (_rel(subjects, "other:owns", _np_text(obj), change, text) or [])] \
             or None
+    if c.passive and base in _RECORDED and c.subjects and not _is_personish(c.subjects[0]):
+        # "all work packs are tracked in AMOS", "invoices are processed in Xero": the system used
+        tool = _non_time(c.preps.get("in") or c.preps.get("on") or c.preps.get("through") or c.preps.get("via"))
+        if tool is not None and tool.pos_ == "PROPN" and not _is_place(tool):
+            return _rel(subjects, "uses", _np_text(tool), change, text)
     predicate = _VERB_PREDICATES.get(verb) or _VERB_PREDICATES.get(base)
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:

@@ -899,3 +899,14 @@ def test_a_role_before_a_name_and_a_numbered_thing_are_no_people() -> None:
     texts = [c.claim_text for c in extract_parsed_claims(
         ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
     assert any(t.endswith("reports to Leila Haddad.") for t in texts), texts
+
+
+def test_a_role_named_in_apposition_is_the_person() -> None:
+    d = one("Ivo Berg reports to the regional manager, Lucia Ferro.")
+    assert (d.predicate, d.object) == ("reports_to", "Lucia Ferro")
+
+
+def test_what_is_done_in_a_named_system_uses_it() -> None:
+    d = one("Expense claims are approved in Workday.")
+    assert (d.subject, d.predicate, d.object) == ("Expense claims", "uses", "Workday")
+    assert one("The pallets are stored in Leeds.").predicate == "located_in"
