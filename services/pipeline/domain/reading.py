@@ -561,7 +561,8 @@ def _clause(head: Any, inherited: list[Any]) -> _Clause:
             passive = passive or dep == "nsubjpass"
         elif dep == "auxpass":
             passive = True
-        elif dep in ("dobj", "dative") and child.pos_ != "ADP" and not _set_aside(child):
+        elif dep in ("dobj", "dative") and child.pos_ != "ADP" and not _set_aside(child) and not any(
+                d.dep_ == "det" and d.lower_ == "no" for d in child.children):  # "uses no parcels": none of it
             if objects and objects[-1].dep_ == "dobj" and objects[-1].right_edge.i + 1 == child.left_edge.i:
                 objects.pop()  # two adjacent objects: one noun phrase the parser split
             objects.extend(_conjuncts(child))

@@ -910,3 +910,9 @@ def test_what_is_done_in_a_named_system_uses_it() -> None:
     d = one("Expense claims are approved in Workday.")
     assert (d.subject, d.predicate, d.object) == ("Expense claims", "uses", "Workday")
     assert one("The pallets are stored in Leeds.").predicate == "located_in"
+
+
+def test_an_object_with_no_is_none_of_it() -> None:
+    found, _ = drafts("The clinic uses the Cliniko booking system, so no paper diaries at reception.")
+    assert {d.object for d in found if d.kind == "relation"} == {"Cliniko booking system"}
+    assert not any(d.kind == "relation" for d in drafts("The bakery uses no palm oil.")[0])
