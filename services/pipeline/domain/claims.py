@@ -298,7 +298,10 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "chair": "chair", "head": "head", "led by": "lead", "owned by": "owner", "managed by": "manager",
                 "maintained by": "maintainer", "run by": "lead", "steward": "owner",
                 "members": "member", "member": "member", "assignee": "assignee", "assigned to": "assignee",
-                "account owner": "owner"}
+                "account owner": "owner", "account manager": "owner", "account lead": "owner",
+                "account executive": "owner"}
+# a field of a customer's record that is about its account ("Acct owner: Priya"): the account's
+_ACCOUNT_FIELDS = frozenset({"account owner", "account manager", "account lead", "account executive"})
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # a field whose key names the team a person is in ("Dept: Finance Ops" on a person's record)
@@ -1410,7 +1413,8 @@ def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str
     if person and field in _MEMBERSHIP_KEYS and len(value.split()) <= 5:
         return _Part(value_start, value_end, f"{heading[0]} works on", heading[1])
     if role is not None and name:
-        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {heading[0]} is"
+        of = f"the {heading[0]} account" if field in _ACCOUNT_FIELDS else heading[0]
+        subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {of} is"
         return _Part(value_start, value_end, subject, heading[1])
     if role is None and len(value.split()) <= 4 and not re.search(r"\d", key) and len(key.split()) <= 3 and (
             not re.search(r"\d", value) or _names_a_thing(heading[0])):

@@ -546,7 +546,7 @@ def test_a_record_heading_names_the_subject_of_its_fields() -> None:
     names the thing its fields are about; a person's manager and department are who they
     report to and what they work on; a two-column table of fields reads as field lines."""
     texts = _parsed_texts("# Client: Brackwater Mills — visit notes\n\nAcct owner: Tilde Morgan\n")
-    assert "The owner of Brackwater Mills is Tilde Morgan." in texts
+    assert "The owner of the Brackwater Mills account is Tilde Morgan." in texts
     texts = _parsed_texts("# Staff profile — Okafor, Chidi\n\n| Field | Value |\n|---|---|\n| Mgr | Sunniva Berg |\n"
                           "| Dept | Claims Handling |\n| Location | Leeds |\n")
     assert {"Chidi Okafor reports to Sunniva Berg.", "Chidi Okafor works on Claims Handling.",
