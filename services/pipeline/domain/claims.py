@@ -1204,6 +1204,25 @@ def _names_a_noun(text: str, expression: timeparse.TimeExpression) -> bool:
     return False
 
 
+# "Jonas Eide (Ops Dir at Halvorsen Freight, our champion)": a role at an organisation, in brackets
+_PAREN_ROLE_RE = re.compile(rf"\(\s*((?:[A-Za-z][\w&.'’-]*\s+){{1,5}}?)(?:at|@)\s+({_NAME})\s*(?=[,;)])")
+
+
+def _parenthetical_roles(ctx: _Context, sentence: _Sentence) -> None:
+    """A claim of each role in brackets after a person's full name ("Call w/ Jonas Eide (Ops Dir
+    at Halvorsen Freight)" says Jonas Eide is Ops Dir at Halvorsen Freight), whatever becomes of
+    the sentence around it: the writer's own description of the person."""
+    document = ctx.model.text
+    for match in _PAREN_ROLE_RE.finditer(document, sentence.start, sentence.end):
+        named_end = sentence.start + len(document[sentence.start:match.start()].rstrip())
+        person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end, sentence.start)
+                       if m[1] == named_end and len(m[2].split()) >= 2), None)
+        if person is None:
+            continue
+        part = _Part(match.start(1), match.end(2), f"{person[2]} is", (person[0], person[1]))
+        _claimify(ctx, sentence, part, None, _normalise_space(f"{person[2]} is {document[part.start:part.end]}"))
+
+
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
     document = ctx.model.text
     start, end = sentence.start, sentence.end
@@ -1216,6 +1235,8 @@ def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
         start += interjection.end()
     text = _normalise_space(_clean_markdown(document[start:end]))
     in_turn = sentence.unit.speaker is not None
+    if ctx.parsed:
+        _parenthetical_roles(ctx, sentence)
 
     def drop(reason: str, detail: str | None = None) -> None:
         ctx.decide("selection_drop", reason, start, end, detail or text[:200])

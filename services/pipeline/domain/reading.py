@@ -1373,6 +1373,20 @@ def _role(token: Any | None) -> tuple[str, str] | None:
     return None
 
 
+def _employer(title: Any | None) -> str | None:
+    """"(the operations director | Head of Ops) at Halvorsen Freight": the organisation a job
+    title is held at (a named one, not a place or a time)."""
+    if title is None or title.pos_ not in ("NOUN", "PROPN"):
+        return None
+    for prep in title.subtree:
+        if prep.dep_ == "prep" and prep.lower_ in ("at", "with"):
+            org = next((o for o in prep.children if o.dep_ == "pobj"), None)
+            if org is not None and org.pos_ == "PROPN" and org.ent_type_ not in ("GPE", "LOC", "DATE", "TIME") \
+                    and not _is_place(org) and not _is_time(org):
+                return _np_text(org)
+    return None
+
+
 def _member_role(token: Any) -> tuple[str, str] | None:
     """"(a member | part) of the search team" said of a person: the membership the group's
     kind makes (works on a team, member of a guild, works for a company)."""
@@ -1625,10 +1639,14 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         return None
     if base == "be":
         role = _role(c.attr)
+        employer = _employer(c.attr) if c.subjects and _is_person_named(c.subjects[0]) else None
+        employed = (_rel(subjects, "works_for", employer, change, text) or []) if employer else []
         if role is not None:
             if role[0] in ("part_of", "member_of") and c.subjects and _is_person_named(c.subjects[0]):
                 role = _member_role(c.attr) or role
-            return _rel(subjects, role[0], role[1], change, text)
+            return [*(_rel(subjects, role[0], role[1], change, text) or []), *employed] or None
+        if employed:  # "Jonas Eide is the operations director at Halvorsen Freight"
+            return employed
         holder = c.attr if c.attr is not None and (_is_personish(c.attr) or _is_group(c.attr)) else None
         if holder is not None and c.subjects:
             # "The owner of the checklist is Hana", "Mark's manager is Hana Sato"

@@ -744,3 +744,10 @@ def test_a_figure_for_a_period_already_over_was_measured_over_it() -> None:
     assert found["Footfall in April 2026 was 18,400."] == (date(2026, 4, 1), "month")
     # a period still to come (or under way) names a target: no window
     assert found["The print budget for Q3 2026 is 4,000 GBP."] == (None, "unknown")
+
+
+def test_a_role_in_brackets_after_a_name_is_its_own_claim() -> None:
+    texts = _parsed_texts("# Visit notes\n\nWalked the site w/ Arjun Mehta (Plant Mgr at Corvale Foods, very keen).\n")
+    assert "Arjun Mehta is Plant Mgr at Corvale Foods." in texts
+    texts = _parsed_texts("# Notes\n\nThe review (held at Ostrava) went well.\n")
+    assert texts == ["The review (held at Ostrava) went well."]

@@ -916,3 +916,8 @@ def test_an_object_with_no_is_none_of_it() -> None:
     found, _ = drafts("The clinic uses the Cliniko booking system, so no paper diaries at reception.")
     assert {d.object for d in found if d.kind == "relation"} == {"Cliniko booking system"}
     assert not any(d.kind == "relation" for d in drafts("The bakery uses no palm oil.")[0])
+
+
+def test_a_job_title_at_an_organisation_is_working_for_it() -> None:
+    found, _ = drafts("Wiebke Sauer is the head of procurement at Lindqvist Marine.")
+    assert {(d.predicate, d.object) for d in found if d.kind == "relation"} >= {("works_for", "Lindqvist Marine")}
