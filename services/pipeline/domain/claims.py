@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from services.pipeline.domain import timeparse
-from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS, TITLE_PATTERN
+from services.pipeline.domain.entities import ABBREVIATED_TITLES, TITLE_PATTERN, role_before_title
 from services.platform import structure
 
 __all__ = [
@@ -301,7 +301,7 @@ _FIELD_ROLES = {"owner": "owner", "owners": "owner", "lead": "lead", "leads": "l
                 "account owner": "owner", "account manager": "owner", "account lead": "owner",
                 "account executive": "owner"}
 # a field of a customer's record that is about its account ("Acct owner: Priya"): the account's
-_ACCOUNT_FIELDS = frozenset({"account owner", "account manager", "account lead", "account executive"})
+_ACCOUNT_FIELDS = frozenset(key for key in _FIELD_ROLES if key.startswith("account "))
 _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data centre", "data center", "site",
                          "office", "based in", "located in"})
 # a field whose key names the team a person is in ("Dept: Finance Ops" on a person's record)
@@ -1128,6 +1128,11 @@ def _subordinate_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _bare_date(replacement: str) -> str:
+    """A resolved date without the preposition it was resolved with ("on 9 June 2026" -> "9 June 2026")."""
+    return re.sub(r"^(?:in|on|during)\s+", "", replacement)
+
+
 def _possessive_measures(text: str, expressions: Sequence[timeparse.TimeExpression]
                          ) -> list[tuple[timeparse.TimeExpression, re.Match[str]]]:
     """The dates of ``text`` that open it as the possessor of a measured noun, with the match
@@ -1762,11 +1767,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
                                            if m.group("verb") not in _PRESENT_MEASURE_VERBS}}
         expressions = [e for e in timeparse.find_time_expressions(text, anchor, weekdays)]
         measured = _possessive_measures(text, expressions)
+    timed = {id(e) for e, _ in measured}  # dates that are the statement's time, though they look like names
     for e, m in measured:
         if e.resolved and e.replacement is not None:
-            when = e.replacement
-            if not re.match(r"(?:on|in|during)\s", when):
-                when = f"{'on' if e.precision == 'day' else 'in'} {when}"
+            when = e.replacement if _bare_date(e.replacement) != e.replacement else \
+                f"{'on' if e.precision == 'day' else 'in'} {e.replacement}"
             edits.append(_Edit(part.start + e.start, part.start + m.end("noun"), f"The {m.group('noun')} {when}",
                                "date_resolved", f"{e.text}'s {m.group('noun')} -> the {m.group('noun')} {when}",
                                dated_by))
@@ -1774,9 +1779,8 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         # "up 12 percent on last year": the time compared with, not the statement's
         expressions.remove(e)
         if e.resolved and e.replacement is not None:
-            edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end,
-                               re.sub(r"^(?:in|on|during)\s+", "", e.replacement), "date_resolved",
-                               f"{e.text} -> {e.replacement}", dated_by))
+            edits.append(_Edit(part.start + e.edit_start, part.start + e.edit_end, _bare_date(e.replacement),
+                               "date_resolved", f"{e.text} -> {e.replacement}", dated_by))
     for e in expressions:
         preposition = _FOR_BEFORE_RE.search(text, 0, e.start)
         if preposition is not None and e.resolved and e.replacement is not None and anchor is not None \
@@ -1784,11 +1788,11 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             # "the milk price for January was 41.2 pence": a figure of a period already over was
             # measured over it, not the name of a target ("the storage budget for Q4 is …")
             edits.append(_Edit(part.start + preposition.start(1), part.start + e.edit_end,
-                               "in " + re.sub(r"^(?:in|on|during)\s+", "", e.replacement), "date_resolved",
+                               f"in {_bare_date(e.replacement)}", "date_resolved",
                                f"for {e.text} -> in {e.replacement}", dated_by))
-            measured.append((e, preposition))
+            timed.add(id(e))
     if not ctx.speaker_prefix:
-        named = [e for e in expressions if _date_as_modifier(text, e) and not any(e is d for d, _ in measured)]
+        named = [e for e in expressions if _date_as_modifier(text, e) and id(e) not in timed]
         expressions = [e for e in expressions if e not in named]
         for e in named:  # "the budget for Q4" is the budget for Q4 2026: completed, but no window
             if e.resolved and e.replacement is not None and e.start == e.edit_start and not _MODIFIER_BEFORE_RE.search(
@@ -2506,10 +2510,10 @@ def _first_name_expansions(ctx: _Context, sentence: _Sentence, part: _Part, exis
 def _without_role(mention: tuple[int, int, str]) -> tuple[int, int, str]:
     """"Landlord Ms Petra Novak": the titled name, without the role said before its title."""
     start, end, name = mention
+    if not role_before_title(name.split()):
+        return mention
     role, _, rest = name.partition(" ")
-    if rest and rest.split()[0].rstrip(".").lower() in HONORIFICS and role.lower() not in HONORIFICS:
-        return start + len(role) + 1, end, rest
-    return mention
+    return start + len(role) + 1, end, rest
 
 
 _TITLED_SURNAME_RE = re.compile(rf"(?<![\w'’])(?:{TITLE_PATTERN})\.?\s+([A-Z][\w'’-]+)(?![\w'’-]|\s+[A-Z])")

@@ -42,6 +42,15 @@ colonel major sergeant judge canon""".split())
 # the titles as a regular expression alternative, capitalised as written before a name ("Cllr|Dr|…")
 TITLE_PATTERN = "|".join(sorted((t.capitalize() for t in HONORIFICS), key=lambda t: (-len(t), t)))
 
+
+
+def role_before_title(words: list[str]) -> bool:
+    """"Landlord Ms Petra Novak", "Tenant Mr Olu Bankole": the first word is a role said before
+    the title of a name, and no part of it."""
+    return (len(words) > 3 and words[1].rstrip(".").lower() in HONORIFICS and words[0].isalpha()
+            and words[0][:1].isupper() and words[0].lower() not in HONORIFICS and words[2][:1].isupper())
+
+
 _DIGITS = re.compile(r"\d+")
 _FUNCTION_WORDS = frozenset("""a an the of on in at for to from by with and or our my your their his her its this
 that these those who which is are was were be""".split())

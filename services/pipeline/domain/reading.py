@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from services.pipeline.domain import nlp, timeparse
-from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS
+from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS, role_before_title
 
 __all__ = ["Reading", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
 
@@ -164,6 +164,7 @@ file submit approve""".split())
 _ROLE_BEFORE_NAME = frozenset("""manager director lead engineer officer analyst solicitor clerk assistant supervisor
 contact landlord tenant colleague trainee intern nurse doctor consultant technician administrator adviser advisor
 specialist planner designer developer owner head chair coordinator""".split())
+_ROLE_WORDS = _ROLE_BEFORE_NAME | frozenset(_ROLE_NOUNS)  # a role noun an apposition may name the person of
 # what is held when "ownership of X" or "leadership of X" passes to someone
 _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
@@ -317,7 +318,7 @@ def _glued(token: Any) -> bool:
 
 
 def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
-    if token.pos_ == "NOUN" and token.lemma_.lower() in _ROLE_BEFORE_NAME | set(_ROLE_NOUNS):
+    if token.pos_ == "NOUN" and token.lemma_.lower() in _ROLE_WORDS:
         named = next((c for c in token.children if c.dep_ == "appos" and c.pos_ == "PROPN"
                       and c.ent_type_ not in ("ORG", "GPE", "DATE")), None)
         if named is not None:  # "the country director, Samuel Otieno": the person named
@@ -332,8 +333,7 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
     while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
         tokens = tokens[1:]
     # "Landlord Ms Petra Novak", "Tenant Mr Olu Bankole": a role said before the title is no part of it
-    if len(tokens) > 3 and tokens[1].lower_.rstrip(".") in HONORIFICS and tokens[0].is_alpha \
-            and tokens[0].text[:1].isupper() and tokens[0].lower_ not in HONORIFICS and tokens[2].text[:1].isupper():
+    if role_before_title([t.text for t in tokens]):
         tokens = tokens[1:]
     # "Mrs Helen Carter", "Dr. Alan Pike": a title before a name is no part of the person's name
     while len(tokens) > 2 and tokens[0].lower_.rstrip(".") in HONORIFICS:
@@ -1769,12 +1769,14 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if predicate is not None and c.objects:
         if base == "run" and not c.subjects:
             return None
-        named = [o for o in c.objects if o.pos_ == "PROPN" and o.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS]
-        if base == "run" and named and c.subjects[0].pos_ == "NOUN" and not _is_personish(c.subjects[0]) \
-                and (c.subjects[0].lemma_.lower() in _PLACE_HEADS
-                     or c.subjects[0].lemma_.lower() not in _GROUP_HEADS | _LED_HEADS):
+        runner = c.subjects[0] if base == "run" else None
+        if runner is not None and runner.pos_ == "NOUN" and not _is_personish(runner) and (
+                runner.lemma_.lower() in _PLACE_HEADS or runner.lemma_.lower() not in _GROUP_HEADS | _LED_HEADS):
             # "the roastery runs a Loring S35", "the Leeds site runs SAP": a machine or a system it uses
-            return [r for obj in named for r in (_rel(subjects, "uses", _np_text(obj), change, text) or [])] or None
+            named = [o for o in c.objects if o.pos_ == "PROPN" and o.lemma_.lower() not in _LED_HEADS | _GROUP_HEADS]
+            if named:
+                return [r for obj in named for r in (_rel(subjects, "uses", _np_text(obj), change, text) or [])] \
+                    or None
         if predicate in ("authored", "created", "founded") and c.head.tag_ == "VBG":
             return None  # "is now writing up his thesis": a work in progress, not yet made
         return [r for obj in c.objects for r in (_rel(subjects, predicate, _np_text(obj), change, text) or [])] or None
@@ -1819,12 +1821,12 @@ def _value_of(token: Any) -> str:
         # figure's comma compares or comments on it
         skip.update(t.i for t in token.subtree if t.i > comma)
     words = [t for t in token.subtree if t.dep_ != "punct" and t.i not in skip]
-    text = token.doc.text
     # words the value skips leave the space they stood in ("212 GWh", not "212 GWh6")
-    value = "".join(t.text + ("" if n + 1 == len(words) else t.whitespace_ if words[n + 1].i == t.i + 1 else
-                              " " if any(ch.isspace() for ch in text[t.idx + len(t.text):words[n + 1].idx]) else "")
-                    for n, t in enumerate(words))
-    value = re.sub(r"\s+", " ", value).strip()
+    parts = []
+    for word, after in zip(words, [*words[1:], None], strict=True):
+        gap = "" if after is None else token.doc.text[word.idx + len(word.text):after.idx]
+        parts.append(word.text + (" " if any(ch.isspace() for ch in gap) else ""))
+    value = re.sub(r"\s+", " ", "".join(parts)).strip()
     if words and words[-1].i == len(token.doc) - 1 and value.endswith("."):
         value = value[:-1]  # "6 min 30 s.": the sentence's full stop, read into its last word
     return value

@@ -849,31 +849,6 @@ def test_a_thing_held_by_someone_is_theirs() -> None:
     assert (d.subject, d.predicate, d.object) == ("Voltline", "other:owns", "street-lighting maintenance contract")
 
 
-@pytest.mark.parametrize("text, label", [
-    ("The total downtime was 3 h 25 min.", "total downtime: 3 h 25 min"),
-    ("Mean call wait was 4 min 10 s.", "Mean call wait: 4 min 10 s"),
-])
-def test_a_duration_in_short_units_is_the_value(text: str, label: str) -> None:
-    d = one(text)
-    assert (d.kind, d.statement) == ("observation", label)
-
-
-@pytest.mark.parametrize("text, label", [
-    ("Tickets sold: 412, a record for a Tuesday.", "Tickets sold: 412"),
-    ("Output was 96 tonnes, 4 percent over target.", "Output: 96 tonnes"),
-])
-def test_a_comment_after_a_figures_comma_is_no_part_of_the_value(text: str, label: str) -> None:
-    assert one(text).statement == label
-
-
-@pytest.mark.parametrize("text, label", [
-    ("The pitch hire stays 55 GBP per session.", "pitch hire: 55 GBP per session"),
-    ("Correction: the locker deposit is 20 GBP a term, not 15 GBP.", "locker deposit: 20 GBP a term"),
-])
-def test_a_value_that_remains_or_is_corrected_keeps_its_unit(text: str, label: str) -> None:
-    assert one(text).statement == label
-
-
 def test_a_role_before_a_title_is_no_part_of_the_name() -> None:
     d = one("Tenant Mr Olu Bankole lives in Croydon.")
     assert (d.subject, d.object) == ("Olu Bankole", "Croydon")
@@ -921,3 +896,19 @@ def test_an_object_with_no_is_none_of_it() -> None:
 def test_a_job_title_at_an_organisation_is_working_for_it() -> None:
     found, _ = drafts("Wiebke Sauer is the head of procurement at Lindqvist Marine.")
     assert {(d.predicate, d.object) for d in found if d.kind == "relation"} >= {("works_for", "Lindqvist Marine")}
+
+
+@pytest.mark.parametrize("text, label", [
+    # a duration in short units, its full stop no part of it
+    ("The total downtime was 3 h 25 min.", "total downtime: 3 h 25 min"),
+    ("Mean call wait was 4 min 10 s.", "Mean call wait: 4 min 10 s"),
+    # what follows a figure's comma compares or comments on it
+    ("Tickets sold: 412, a record for a Tuesday.", "Tickets sold: 412"),
+    ("Output was 96 tonnes, 4 percent over target.", "Output: 96 tonnes"),
+    # a value that remains, or is corrected, keeps its unit
+    ("The pitch hire stays 55 GBP per session.", "pitch hire: 55 GBP per session"),
+    ("Correction: the locker deposit is 20 GBP a term, not 15 GBP.", "locker deposit: 20 GBP a term"),
+])
+def test_a_value_is_its_figure_and_unit_alone(text: str, label: str) -> None:
+    d = one(text)
+    assert (d.kind, d.statement) == ("observation", label)
