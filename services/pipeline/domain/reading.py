@@ -70,9 +70,10 @@ _PASSIVE_AGENT = {"own": "other:owns", "lead": "other:leads", "manage": "other:l
                   "build": "created", "create": "created", "write": "authored", "develop": "created",
                   "design": "created", "found": "founded", "use": "uses", "block": "blocks", "chair": "other:leads",
                   "oversee": "other:leads", "coordinate": "other:leads"}
-_LOCATION_VERBS = frozenset("host locate base run live deploy store keep house place sit reside hold".split())
+_LOCATION_VERBS = frozenset("""host locate base headquarter run live deploy store keep house place sit reside
+hold""".split())
 # those of them that only ever put a thing somewhere physical
-_PLACED_VERBS = frozenset("locate base live house place sit reside".split())
+_PLACED_VERBS = frozenset("locate base headquarter live house place sit reside".split())
 _ROLE_NOUNS = {
     "owner": "other:owns", "maintainer": "other:owns", "lead": "other:leads", "leader": "other:leads",
     "head": "other:leads", "manager": "other:leads", "director": "other:leads", "chair": "other:leads",
@@ -97,7 +98,8 @@ monitoring mitigated triaged reopened approved rejected""".split())
 _LED_HEADS = frozenset("""team squad project rotation rota migration initiative program programme review council
 committee effort workstream group guild department function process meeting sync practice chapter unit
 division launch rollout desk matter case coordination fundraising recruitment procurement outreach
-planning ward clinic kitchen depot bureau crew shift""".split())
+planning ward clinic kitchen depot bureau crew shift duty section maintenance collection collections
+rounds dispatch catering cleaning coaching training""".split())
 _LED_HEADS = _LED_HEADS | frozenset("""upgrade rewrite redesign overhaul refactor investigation response
 audit workshop onboarding programme campaign engineering operations sales marketing support design security
 experiment pilot trial study
@@ -157,6 +159,9 @@ cloudflare akamai fastly scaleway""".split())
 _SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
+# what passes through a named service that it uses: "SMS went through Nexmo", "staff sign in through Okta"
+_SIGN_IN_VERBS = frozenset("sign log authenticate connect sync".split())
+_CHANNEL_VERBS = _SIGN_IN_VERBS | frozenset("go send route pass process flow pay".split())
 # what is done in a system one uses: "tracked in AMOS", "processed in Xero"
 _RECORDED = frozenset("""track log record process book schedule invoice bill ticket document manage handle plan
 file submit approve""".split())
@@ -289,6 +294,10 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
         if child.dep_ in ("nsubj", "dep") and child.i == token.i - 1 and token.pos_ == "PROPN" \
                 and child.text[:1].isupper() and child.is_alpha and not _is_time(child):
             out.append(child)  # "Ines Moreau chairs …" parsed with "Ines" the subject of "Moreau"
+            continue
+        if child.dep_ == "nsubj" and child.i == token.i - 1 and token.pos_ == child.pos_ == "NOUN" \
+                and token.dep_ in ("nsubj", "nsubjpass"):
+            out.extend(child.subtree)  # "our costs estimate was revised" parsed with "costs" the subject of "estimate"
             continue
         if child.dep_ in _NP_STOP_DEPS and not (child.dep_ == "punct" and child.text in ("-", "/", "&")):
             continue
@@ -452,7 +461,9 @@ def _is_place(token: Any) -> bool:
 _PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
 laboratory store storeroom stockroom cupboard cabinet shelf locker shed garage centre center datacenter region
 zone plant factory bay dock annex annexe attic vault hangar terminal quay wharf pier farm mill barn station port
-harbour airport park clinic hospital library museum school church chapel cathedral premises""".split())
+harbour airport park clinic hospital library museum school church chapel cathedral premises road street lane
+avenue""".split())
+_STREET_HEADS = frozenset("road street lane avenue".split())  # what a thing is "on"
 
 
 def _names_a_system(token: Any) -> bool:
@@ -483,7 +494,10 @@ def _is_valueish(token: Any) -> bool:
     words = [token, *[c for c in token.children if c.dep_ in ("nummod", "quantmod", "compound", "amod", "nmod")]]
     words += [g for c in words[1:] for g in c.children if c.dep_ in ("nummod", "quantmod", "compound")]
     return any(t.like_num or t.ent_type_ in ("MONEY", "PERCENT", "QUANTITY", "CARDINAL", "DATE")
-               or t.text in ("$", "€", "£", "%") for t in words)
+               or t.text in ("$", "€", "£", "%") or _CLOCK_TIME.fullmatch(t.text) for t in words)
+
+
+_CLOCK_TIME = re.compile(r"\d{1,2}[:.]\d{2}")  # "10:30": a figure, which the small model may tag a time
 
 
 # ------------------------------------------------------------------------- clause parts
@@ -899,7 +913,8 @@ def read(text: str) -> list[Reading]:
         # the second as its complement; before a verb that does not report or think, it is a
         # clause of its own
         heads += [c for c in root.children if c.dep_ == "ccomp" and c.i < root.i and c.pos_ == "VERB"
-                  and root.lemma_.lower() not in _SAY | _THINK and any(s.dep_ == "nsubj" for s in c.children)
+                  and root.lemma_.lower() not in _SAY | _THINK
+                  and any(s.dep_ in ("nsubj", "nsubjpass") for s in c.children)
                   and any(t.is_punct for t in sentence[c.right_edge.i - sentence.start + 1:root.i - sentence.start])]
         hedged_heads = _hedged_heads(sentence)
         inherited: list[Any] = []
@@ -1606,6 +1621,12 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
             # "the park-and-ride contract is held by Greenline Buses"
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], "other:owns", _np_text(c.subjects[0]), change,
                         text)
+        if base in ("award", "grant", "let") and c.subjects and c.subjects[0].lemma_.lower() in _HELD_THINGS:
+            # "the LED retrofit contract has been awarded to Brightway Electrical": the holder owns it
+            holder = _non_time(c.preps.get("to"))
+            if holder is not None and (_is_org(holder) or _is_personish(holder)):
+                return _rel([_np_text(t) for t in _conjuncts(holder)], "other:owns", _np_text(c.subjects[0]),
+                            "succession" if change == "none" else change, text)
         if c.agent is not None and base in _PASSIVE_AGENT:
             return _rel([_np_text(t) for t in _conjuncts(c.agent)], _PASSIVE_AGENT[base],
                         _np_text(c.subjects[0]) if c.subjects else None, change, text)
@@ -1679,9 +1700,18 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
                 return None
             if on is not None and subjects and on.lemma_.lower() in _TIER_HEADS:
                 return _rel(subjects, "uses", _np_text(on), change, text)
+            if on is not None and on.lemma_.lower() in _STREET_HEADS and _named(on):
+                return _rel(subjects, "located_in", _np_text(on), change, text)  # "the skate park is on Station Road"
             if on is not None and subjects and c.subjects and _is_personish(c.subjects[0]):
                 return _rel(subjects, "works_on", _np_text(on), change, text)
-            place = _non_time(c.preps.get("in") or c.preps.get("at"))
+            places = [p for p in c.preps.get("in") or c.preps.get("at") or () if not _is_time(p)]
+            if places and not _is_place(places[0]) and (
+                    not _is_locative(places[0]) or c.subjects and _is_personish(c.subjects[0])):
+                # "MV Skarv is in dry-dock in Gdańsk": the named place a state is in is where it is
+                inner = [o for p in places[0].children if p.dep_ == "prep" and p.lower_ in ("in", "at")
+                         for o in p.children if o.dep_ == "pobj"]
+                places = [*(p for p in [*places[1:], *inner] if _is_place(p)), *places]
+            place = places[0] if places else None
             if place is not None and (_is_place(place) or (_is_locative(place) and c.subjects
                                                           and not _is_personish(c.subjects[0]))):
                 # "the spare drill bits are in the site cabin", "the spectrometer is in room B012"
@@ -1729,14 +1759,17 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
     if base == "run" and not c.objects and platform is not None and (_is_bare_name(platform) or (
             platform.ent_type_ in ("ORG", "PRODUCT") and platform.text[:1].isupper() and not _is_place(platform)
             and not any(t.dep_ in ("det", "poss") for t in platform.children))) \
-            and c.subjects and not _is_person_named(c.subjects[0]):
-        return _rel(subjects, "uses", _np_text(platform), change, text)  # "the tracing backend runs on ClickHouse"
+            and c.subjects and not _is_person(c.subjects[0]):
+        # "the tracing backend runs on ClickHouse", "Lanternfall does run on Unreal Engine 5.4": a
+        # capitalised subject is as likely a product as a person, and people do not run on platforms
+        return _rel(subjects, "uses", _np_text(platform), change, text)
     channel = _non_time(c.preps.get("through") or c.preps.get("via"))
-    if base in ("go", "send", "route", "pass", "process", "flow") and not c.objects and channel is not None \
-            and _named(channel) and not _is_place(channel) and not _is_person(channel) and c.subjects \
+    if base in _CHANNEL_VERBS and not c.objects and channel is not None and _named(channel) \
+            and (base in _SIGN_IN_VERBS or not _is_place(channel) and not _is_person(channel)) and c.subjects \
             and not _is_person(c.subjects[0]) and not c.negated:
         # "SMS went through Nexmo", "push notifications are sent through Firebase Cloud Messaging":
-        # the named service a thing passes through is what it uses
+        # the named service a thing passes through is what it uses (one signs in through a system,
+        # never a place or a person, whatever the small model tags an unknown name)
         return _rel(subjects, "uses", _np_text(channel), change, text)
     if base == "take" and len(c.objects) == 1 and c.objects[0].lower_ == "place" and not c.passive \
             and not any(t.dep_ in ("det", "poss", "amod") for t in c.objects[0].children):
@@ -1760,6 +1793,16 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
         # "FrioTrans holds the haulage contract", "Greenline holds the park-and-ride licence"
         return [r for obj in c.objects for r in (_rel(subjects, "other:owns", _np_text(obj), change, text) or [])] \
             or None
+    if not c.passive and base in _RECORDED and c.objects and c.subjects and not c.negated:
+        # "Reception books all appointments in EMIS Web", "finance tracks every budget in Anaplan":
+        # whoever does the work in a named system uses it
+        tools = [o for p in ("in", "on", "through", "via", "using") for o in c.preps.get(p) or ()]
+        # the small parser often hangs the system on the object ("books all visits in Envoy")
+        tools += [o for p in c.objects[0].children if p.dep_ == "prep" and p.lower_ in ("in", "on", "through", "via")
+                  for o in p.children if o.dep_ == "pobj"]
+        tool = _non_time(tools)
+        if tool is not None and _named(tool) and not _is_locative(tool) and not _is_person(tool):
+            return _rel(subjects, "uses", _np_text(tool), change, text)
     if c.passive and base in _RECORDED and c.subjects and not _is_personish(c.subjects[0]):
         # "all work packs are tracked in AMOS", "invoices are processed in Xero": the system used
         tool = _non_time(c.preps.get("in") or c.preps.get("on") or c.preps.get("through") or c.preps.get("via"))

@@ -912,3 +912,54 @@ def test_a_job_title_at_an_organisation_is_working_for_it() -> None:
 def test_a_value_is_its_figure_and_unit_alone(text: str, label: str) -> None:
     d = one(text)
     assert (d.kind, d.statement) == ("observation", label)
+
+
+@pytest.mark.parametrize("duty", ["the bin rounds", "the fire-warden duty", "the grill section", "the van collections",
+                                  "the grounds maintenance"])
+def test_a_duty_or_section_taken_over_is_led(duty: str) -> None:
+    found, _ = drafts(f"On 2 May 2026 Olek Zielinski took over {duty} from Ayo Bello.")
+    assert {d.predicate for d in found} == {"other:leads"}
+
+
+def test_a_system_one_works_in_or_runs_on_is_used() -> None:
+    d = one("The studio tracks its invoices in FreeAgent.")
+    assert (d.subject, d.predicate, d.object) == ("studio", "uses", "FreeAgent")
+    d = one("Staff sign in through Keycloak.")
+    assert (d.subject, d.predicate, d.object) == ("Staff", "uses", "Keycloak")
+    d = one("Dispatch runs on Samsara.")
+    assert (d.subject, d.predicate, d.object) == ("Dispatch", "uses", "Samsara")
+    assert one("The courier logs every parcel in March.").kind != "relation"  # a time is no system
+    assert one("Ines books the rooms in Porto.").predicate != "uses"  # nor is a place
+
+
+def test_headquarters_and_a_named_street_are_places() -> None:
+    d = one("Brightwell Foods is headquartered in Leicester.")
+    assert (d.predicate, d.object) == ("located_in", "Leicester")
+    d = one("The print shop is on Albion Street.")
+    assert (d.subject, d.predicate, d.object) == ("print shop", "located_in", "Albion Street")
+    assert one("The van is on the road.").kind != "relation"  # a road that is not named is nowhere
+
+
+def test_a_clause_the_parser_hung_under_a_hedge_is_still_stated() -> None:
+    found, _ = drafts("Morrow Freight is based in Antwerp, so the invoices may arrive late.")
+    assert ("Morrow Freight", "located_in", "Antwerp") in {(d.subject, d.predicate, d.object) for d in found}
+
+
+def test_a_clock_time_is_a_value() -> None:
+    assert one("The Saturday closing time is 17:30.").statement == "Saturday closing time: 17:30"
+
+
+def test_a_noun_the_parser_made_the_subject_of_the_next_is_part_of_its_name() -> None:
+    found, _ = drafts("Our costs forecast was revised on 3 March from 9,000 EUR to 12,000 EUR.")
+    assert {d.statement for d in found} == {"costs forecast: 9,000 EUR", "costs forecast: 12,000 EUR"}
+
+
+def test_a_contract_awarded_to_someone_is_theirs_from_then() -> None:
+    [r] = read("The school catering contract was awarded to Brightmeal Ltd on 2 March 2026.")
+    assert (r.subject, r.predicate, r.object, r.change) == (
+        "Brightmeal Ltd", "other:owns", "school catering contract", "succession")
+
+
+def test_a_named_place_after_a_state_is_where_the_thing_is() -> None:
+    d = one("The Nordlys is in dry dock in Bergen.")
+    assert (d.subject, d.predicate, d.object) == ("Nordlys", "located_in", "Bergen")
