@@ -1291,7 +1291,8 @@ _PARTICIPLES = frozenset({"run", "built", "kept"})  # irregular past participles
 _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintained|[Hh]osted|[Dd]eployed|[Bb]uilt"
                              r"|[Ss]ponsored|[Cc]haired|[Hh]eaded|(?:[Rr]e)?[Aa]ssigned|[Hh]anded|[Tt]ransferred"
                              r"|[Bb]ased|[Ll]ocated|[Ss]tored|[Kk]ept|[Rr]uns"
-                             r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports)\b")
+                             r"|[Ll]ives|[Ss]its|[Dd]epends|[Uu]ses|[Rr]eports|[Ll]eads|[Oo]wns|[Mm]anages|[Jj]oins"
+                             r"|[Ss]tarts|[Ww]orks)\b")
 
 
 _TICKET_HEADING_RE = re.compile(r"^([A-Z][A-Z0-9]{1,9}-\d{1,7})(?=\s*[:—–-]|\s*$)")
@@ -1361,6 +1362,21 @@ def _record_name(title: str, offset: int) -> tuple[str, tuple[int, int]] | None:
     return (f"{inverted.group(2)} {inverted.group(1)}", span) if inverted else (text.strip(), span)
 
 
+# a list item that opens with a name and a dash or colon ("- Bianca Ferraro - Data Analyst, Growth team.")
+_ITEM_LEAD_RE = re.compile(rf"\s*(?:[-*•]\s+|\d+[.)]\s+)?(?:\*\*)?(?P<name>{_NAME})(?:\*\*)?\s*(?:[—–-]{{1,2}}|:)\s+")
+
+
+def _item_subject(ctx: _Context, sentence: _Sentence) -> tuple[str, tuple[int, int]] | None:
+    """The name a list item opens with, for the item's later sentences that have no subject
+    ("Based in Milan." after "- Bianca Ferraro - Data Analyst, Growth team."): nearer than
+    any heading."""
+    unit = sentence.unit
+    lead = _ITEM_LEAD_RE.match(ctx.model.text, unit.start, sentence.start) if unit.kind == "list" else None
+    if lead is None or sentence.start < unit.start + lead.end():
+        return None
+    return lead.group("name"), lead.span("name")
+
+
 def _subjectless(subject: str, subject_span: tuple[int, int], start: int, end: int, verb: str) -> _Part:
     """"owned by Priya" / "runs on Kubernetes" said of ``subject``: "<subject> is owned by …"."""
     copula = " is" if verb.lower().endswith("ed") or verb.lower() in _PARTICIPLES else ""
@@ -1397,6 +1413,9 @@ def _field_part(ctx: _Context, sentence: _Sentence, start: int, end: int) -> _Pa
         if match is None and len(value.split()) <= 4 and value[:1].islower() and not re.search(r"\d", value):
             # "Payroll export — done", "Vendor portal — blocked on legal": a status line
             return _Part(value_start, value_end, f"{key} is", (start, start + dashed.end("key")))
+    lead = _item_subject(ctx, sentence)
+    if match is None and lead is not None and _SUBJECTLESS_RE.match(text):
+        return _subjectless(lead[0], lead[1], start, end, text.split()[0])
     heading = _heading_subject(ctx, sentence.start)
     if match is None:
         if heading is None or not _SUBJECTLESS_RE.match(text):

@@ -963,3 +963,10 @@ def test_a_contract_awarded_to_someone_is_theirs_from_then() -> None:
 def test_a_named_place_after_a_state_is_where_the_thing_is() -> None:
     d = one("The Nordlys is in dry dock in Bergen.")
     assert (d.subject, d.predicate, d.object) == ("Nordlys", "located_in", "Bergen")
+
+
+def test_a_list_items_later_sentences_are_about_the_name_it_opens_with() -> None:
+    document = "# Contractors this week\n\n- Tomasz Lis - electrician, Eastside job. Based in Gdynia.\n"
+    texts = [c.claim_text for c in extract_parsed_claims(
+        ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
+    assert texts == ["Tomasz Lis is based in Gdynia."]  # not "Contractors this week is based in Gdynia."
