@@ -160,6 +160,8 @@ _SITE_NOUNS = frozenset("site location building premises facility place home off
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
 # what passes through a named service that it uses: "SMS went through Nexmo", "staff sign in through Okta"
+# what a value is fixed at ("fixes the price at 128 EUR", "the spend is capped at 60,000 GBP")
+_FIXED_AT = frozenset("fix set cap freeze lock peg keep hold approve agree confirm".split())
 _SIGN_IN_VERBS = frozenset("sign log authenticate connect sync".split())
 _CHANNEL_VERBS = _SIGN_IN_VERBS | frozenset("go send route pass process flow pay".split())
 # what is done in a system one uses: "tracked in AMOS", "processed in Xero"
@@ -1906,6 +1908,11 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             return None
         return [_attr(name, None, _value_of(to), succession, text,
                       previous=_value_of(source) if source is not None else None, schedule=True)]
+    if base in _FIXED_AT and c.passive and c.subjects and not _is_personish(c.subjects[0]):
+        # "the marketing spend is capped at 60,000 GBP", "the deposit was set at 500 EUR"
+        value = _first(c.preps, "at")
+        if value is not None and _is_valueish(value) and not _is_time(value):
+            return [_attr(name, None, _value_of(value), change, text, state=True)]
     # "went up to 420 EUR per night" parsed with "up to" on the amount, the amount on the verb
     climbed = next((a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)
                     and any(t.lower_ == "to" and t.dep_ == "quantmod" for t in a.subtree)), None)
@@ -1975,8 +1982,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
         # "the partner programme has 48 active partners"
         return [_attr(_np_text(c.subjects[0]) if c.subjects else name, None, _value_of(c.objects[0]), change, text,
                       state=True)]
-    if base in ("fix", "set", "cap", "freeze", "lock", "peg", "keep", "hold", "approve", "agree", "confirm") \
-            and c.objects and not c.passive:
+    if base in _FIXED_AT and c.objects and not c.passive:
         # "the new contract fixes the electricity price at 128 EUR per MWh"
         value = _first(c.preps, "at")
         if value is not None and _is_valueish(value) and not _is_personish(c.objects[0]):

@@ -970,3 +970,9 @@ def test_a_list_items_later_sentences_are_about_the_name_it_opens_with() -> None
     texts = [c.claim_text for c in extract_parsed_claims(
         ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
     assert texts == ["Tomasz Lis is based in Gdynia."]  # not "Contractors this week is based in Gdynia."
+
+
+def test_a_value_something_is_capped_or_set_at_is_its_value() -> None:
+    assert one("The travel allowance is capped at 1,200 EUR per trip.").statement == \
+        "travel allowance: 1,200 EUR per trip"
+    assert one("The room deposit was set at 150 GBP.").statement == "room deposit: 150 GBP"
