@@ -1213,19 +1213,33 @@ def _names_a_noun(text: str, expression: timeparse.TimeExpression) -> bool:
 _PAREN_ROLE_RE = re.compile(rf"\(\s*((?:[A-Za-z][\w&.'’-]*\s+){{1,5}}?)(?:at|@)\s+({_NAME})\s*(?=[,;)])")
 
 
+# the last word of a company's name ("Marlow Legal", "Orchard Health Group", "Brightline Foods")
+_COMPANY_HEADS = frozenset("""ltd limited plc llc llp inc gmbh ag sa bv corp corporation company co group holdings
+partners legal law foods health healthcare logistics freight shipping hotels retail bank energy studios clinics
+solutions services systems technologies labs consulting capital media insurance""".split())
+_PAREN_COMPANY_RE = re.compile(rf"\(\s*({_NAME}(?:\s+&\s+{_NAME})?)\s*\)")
+
+
 def _parenthetical_roles(ctx: _Context, sentence: _Sentence) -> None:
     """A claim of each role in brackets after a person's full name ("Call w/ Jonas Eide (Ops Dir
-    at Halvorsen Freight)" says Jonas Eide is Ops Dir at Halvorsen Freight), whatever becomes of
-    the sentence around it: the writer's own description of the person."""
+    at Halvorsen Freight)" says Jonas Eide is Ops Dir at Halvorsen Freight; "Reporter: Beth
+    Crane (Marlow Legal)" that she works for Marlow Legal), whatever becomes of the sentence
+    around it: the writer's own description of the person."""
     document = ctx.model.text
-    for match in _PAREN_ROLE_RE.finditer(document, sentence.start, sentence.end):
+    companies = [m for m in _PAREN_COMPANY_RE.finditer(document, sentence.start, sentence.end)
+                 if len(m.group(1).split()) >= 2 and m.group(1).split()[-1].lower().rstrip(".") in _COMPANY_HEADS]
+    for match, says in [*((m, "is") for m in _PAREN_ROLE_RE.finditer(document, sentence.start, sentence.end)),
+                        *((m, "works for") for m in companies)]:
         named_end = sentence.start + len(document[sentence.start:match.start()].rstrip())
-        person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end, sentence.start)
+        # a field's value may open with the name ("Reporter: Beth Crane (Marlow Legal)")
+        field_value = document[document.rfind("\n", 0, sentence.start) + 1:sentence.start].rstrip().endswith(":")
+        person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end,
+                                                   sentence.start - 1 if field_value else sentence.start)
                        if m[1] == named_end and len(m[2].split()) >= 2), None)
         if person is None:
             continue
-        part = _Part(match.start(1), match.end(2), f"{person[2]} is", (person[0], person[1]))
-        _claimify(ctx, sentence, part, None, _normalise_space(f"{person[2]} is {document[part.start:part.end]}"))
+        part = _Part(match.start(1), match.end(match.lastindex or 1), f"{person[2]} {says}", (person[0], person[1]))
+        _claimify(ctx, sentence, part, None, _normalise_space(f"{person[2]} {says} {document[part.start:part.end]}"))
 
 
 def _process_sentence(ctx: _Context, sentence: _Sentence) -> None:
@@ -1503,10 +1517,11 @@ def _names_a_role(statement: str) -> bool:
 
 def _names_a_thing(heading: str) -> bool:
     """"Project Orca", "Lumos team": a heading with a proper name, whose "Budget: 40,000 EUR"
-    is that thing's budget ("Numbers", "Key figures" name no thing)."""
+    is that thing's budget ("Numbers", "Key figures" name no thing); a ticket ("SUP-4471") is one."""
     from services.pipeline.domain import nlp
 
-    return any(token.pos_ == "PROPN" for token in nlp.parse(heading))
+    return _TICKET_HEADING_RE.fullmatch(heading) is not None or any(
+        token.pos_ == "PROPN" for token in nlp.parse(heading))
 
 
 def _select(ctx: _Context, statement: str, in_turn: bool) -> str | None:

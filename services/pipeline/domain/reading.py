@@ -341,7 +341,8 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
                 return _np_text(named)
     # "Grace's got 600 followers": the "'s" is the verb's ("has"), not the name's
     tokens = [t for t in _np_tokens(token, keep) if not (t.head.i == token.i and _contracted(t))]
-    while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1:
+    while tokens and (tokens[0].lower_ in _DETERMINERS or tokens[0].dep_ in ("det", "predet")) and len(tokens) > 1 \
+            and tokens[0].lower_ != "no":  # "no customer" is nobody, not "customer"
         tokens = tokens[1:]
     # "Landlord Ms Petra Novak", "Tenant Mr Olu Bankole": a role said before the title is no part of it
     if role_before_title([t.text for t in tokens]):
@@ -409,6 +410,12 @@ def _set_aside_of(head: Any) -> list[Any]:
 
 def _ampersand(token: Any) -> bool:
     return any(c.dep_ == "cc" and c.text == "&" for c in token.children)
+
+
+def _nobody(token: Any) -> bool:
+    """A subject that names no one and nothing: "none of them", "nobody", "no customer"."""
+    return token.lower_ in ("none", "nobody", "nothing", "neither") or any(
+        d.dep_ == "det" and d.lower_ == "no" for d in token.children)
 
 
 def _is_person(token: Any) -> bool:
@@ -1603,6 +1610,8 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
 
 def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | None:
     base = c.head.lemma_.lower()
+    if c.subjects and _nobody(c.subjects[0]):
+        return None  # "none of Marlow's users can log in via Okta", "no customer uses the v1 API"
     subjects = _people(c.subjects)
     if c.passive:
         if base in ("employ", "contract", "hire", "retain"):

@@ -976,3 +976,26 @@ def test_a_value_something_is_capped_or_set_at_is_its_value() -> None:
     assert one("The travel allowance is capped at 1,200 EUR per trip.").statement == \
         "travel allowance: 1,200 EUR per trip"
     assert one("The room deposit was set at 150 GBP.").statement == "room deposit: 150 GBP"
+
+
+def _claim_texts(document: str) -> list[str]:
+    return [c.claim_text for c in extract_parsed_claims(
+        ExtractionInput(document, Passage("p", 0, len(document)), SAID, None))[0]]
+
+
+def test_a_field_of_a_ticket_is_the_tickets_even_with_a_figure() -> None:
+    texts = _claim_texts("# OPS-2210: printers offline in Leeds\n\nAssignee: Marek Nowak\nSeverity: S2\n")
+    assert "The OPS-2210 severity is S2." in texts, texts
+
+
+def test_a_subject_that_names_nobody_holds_no_relation() -> None:
+    for text in ("None of the drivers can sign in through Samsara.", "No tenant uses the old portal.",
+                 "Nobody leads the audit yet."):
+        assert not any(d.kind == "relation" for d in drafts(text)[0]), text
+
+
+def test_a_company_in_brackets_after_a_name_employs_the_person() -> None:
+    texts = _claim_texts("# Call notes\n\nRequested by: Ana Lobo (Tejo Logistics)\n\n"
+                         "Spoke to Kwame Asante (Finance) and Rui Costa (Douro Foods) today.\n")
+    assert "Ana Lobo works for Tejo Logistics." in texts and "Rui Costa works for Douro Foods." in texts, texts
+    assert not any("Kwame Asante works for" in t for t in texts)  # a department is no employer
