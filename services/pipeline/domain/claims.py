@@ -307,7 +307,7 @@ _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data
 # a field whose key names the team a person is in ("Dept: Finance Ops" on a person's record)
 _MEMBERSHIP_KEYS = frozenset({"department", "team", "squad", "unit", "group", "division", "function"})
 # abbreviations field keys are written with ("Acct owner", "Mgr", "Dept")
-_KEY_ABBREVIATIONS = {"acct": "account", "mgr": "manager", "dept": "department", "loc": "location",
+_KEY_ABBREVIATIONS = {"acct": "account", "mgr": "manager", "dept": "department", "loc": "location", "exec": "executive",
                       "mgmt": "management", "org": "organisation"}
 
 
@@ -667,6 +667,7 @@ def _parse_document(document: str) -> _Model:
         # a paragraph: its lines may be meta lines ("Attendees: …", "Date: …"), labels
         # ("Summary: …") or speaker labels ("Dana: …", "**Dana:** …"), each starting a unit
         position = block.char_start
+        fields = _field_block(block.text, participants)
         for raw in block.text.splitlines(keepends=True):
             line_start = position
             position += len(raw)
@@ -698,7 +699,9 @@ def _parse_document(document: str) -> _Model:
                 field = _field_key(key)
                 if field in _FIELD_ROLES or (field in _VALUE_KEYS or field in _PLACE_KEYS
                                              or field in _MEMBERSHIP_KEYS) and short or (
-                        _SUBJECTLESS_RE.match(document[value_start:content_end])):
+                        _SUBJECTLESS_RE.match(document[value_start:content_end])) or (
+                        fields and lowered not in _LABEL_KEYS
+                        and len(document[value_start:content_end].split()) <= _FIELD_VALUE_WORDS):
                     # "Owner: Sam Ortiz", "Status: blocked" are fields, not Owner speaking or a label
                     close()
                     current = _UnitBuilder(line_start + indent, content_end, "list")
@@ -744,6 +747,21 @@ def _parse_document(document: str) -> _Model:
     return _Model(document, tuple(sentences), tuple(anchors), tuple(meta_spans), participants, participants_span,
                   first_heading, frozenset(known | known_words), frozenset(noninitial), tuple(not_prose),
                   tuple(headings), table_cells, None if speakers else _addressee(document))
+
+
+_FIELD_VALUE_WORDS = 4  # a field's value is short; a longer line after a key is somebody speaking
+
+
+def _field_block(text: str, participants: Sequence[str]) -> bool:
+    """A run of "Key: value" lines that is a record's fields ("Reporter: …", "Priority: P2",
+    "ACV: 310,000 GBP", "Health: Green"), not a chat of speaker labels: at least two such
+    lines, one of them a key known as a field's, none of them a participant's name."""
+    keys = [m.group("speaker").strip() for line in text.splitlines()
+            if (m := _BOLD_SPEAKER_RE.match(line.lstrip()) or _PLAIN_LABEL_RE.match(line.lstrip()))]
+    keys = [k for k in keys if k.lower() not in _META_BOILERPLATE_KEYS]
+    known = [k for k in keys if _field_key(k) in _FIELD_ROLES or _field_key(k) in _VALUE_KEYS | _PLACE_KEYS
+             | _MEMBERSHIP_KEYS]
+    return len(keys) >= 2 and bool(known) and not any(k in participants for k in keys)
 
 
 _GREETING_RE = re.compile(r"^[ \t]*(?i:hi|hello|hey|dear|good\s+morning|morning)[ \t]+"
@@ -1310,7 +1328,8 @@ _SUBJECTLESS_RE = re.compile(r"^(?:[Oo]wned|[Ll]ed|[Rr]un|[Mm]anaged|[Mm]aintain
 
 
 _TICKET_HEADING_RE = re.compile(r"^([A-Z][A-Z0-9]{1,9}-\d{1,7})(?=\s*[:—–-]|\s*$)")
-_KIND_HEADING_RE = re.compile(r"^([A-Za-z]+):\s+(\S.*)$")
+# "# Account: Brightline Foods", "# Account plan: Dunmore Logistics", "# Fire safety inspection: Millbrook Depot"
+_KIND_HEADING_RE = re.compile(r"^([A-Za-z]+(?:[ -][A-Za-z]+){0,3}):\s+(\S.*)$")
 _REPLY_PREFIXES = frozenset({"re", "fwd", "fw", "aw", "wg", "sv", "tr"})
 
 
@@ -1465,7 +1484,8 @@ def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str
     field = _field_key(key)
     role = _FIELD_ROLES.get(field)
     name = _only_names(value)
-    person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip())
+    person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip()) or (
+        role == "manager" or field in _MEMBERSHIP_KEYS) and _names_a_person(heading[0])
     if person and role == "manager" and name:
         # "Manager: Greg Huxley" on a person's record: the person reports to them
         return _Part(value_start, value_end, f"{heading[0]} reports to", heading[1])
@@ -1475,10 +1495,11 @@ def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str
         of = f"the {heading[0]} account" if field in _ACCOUNT_FIELDS else heading[0]
         subject = f"{heading[0]} is assigned to" if role == "assignee" else f"The {role} of {of} is"
         return _Part(value_start, value_end, subject, heading[1])
-    if role is None and len(value.split()) <= 4 and not re.search(r"\d", key) and len(key.split()) <= 3 and (
+    if role is None and len(value.split()) <= _FIELD_VALUE_WORDS and not re.search(r"\d", key) \
+            and len(key.split()) <= 3 and (
             not re.search(r"\d", value) or _names_a_thing(heading[0])):
         subject = (f"{heading[0]} is located in" if field in _PLACE_KEYS else f"{heading[0]} is"
-                   if field == "status" else f"The {heading[0]} {field} is")
+                   if field == "status" else f"The {heading[0]} {key if key.isupper() else field} is")  # "ACV"
         return _Part(value_start, value_end, subject, heading[1])
     return None
 
@@ -1513,6 +1534,13 @@ def _names_a_role(statement: str) -> bool:
     from services.pipeline.domain import reading
 
     return any(r.kind == "relation" for r in reading.read(statement))
+
+
+def _names_a_person(heading: str) -> bool:
+    """"Petra Holub" (a leaver's checklist, a starter's record): a heading that is a person's name."""
+    from services.pipeline.domain import reading
+
+    return heading.split()[-1].lower() not in _COMPANY_HEADS and reading.is_person_name(heading)
 
 
 def _names_a_thing(heading: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 from services.pipeline.domain import nlp, timeparse
 from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS, role_before_title
 
-__all__ = ["Reading", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
+__all__ = ["Reading", "is_person_name", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
 
 
 @dataclass(frozen=True)
@@ -322,10 +322,11 @@ def _np_tokens(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> list[Any]:
 
 
 def _glued(token: Any) -> bool:
-    """An object the parser split off the one before it with no space between ("eu", "-", "west-1")."""
+    """An object the parser split off the one before it with no space between ("eu", "-", "west-1"),
+    or a name's second word it made an object of its own ("reports to Dominik Vesely")."""
     previous = token.doc[token.i - 1] if token.i > 0 else None
-    return (previous is not None and previous.whitespace_ == "" and token.dep_ == previous.dep_ == "pobj"
-            and previous.head.i == token.head.i)
+    return (previous is not None and token.dep_ == previous.dep_ == "pobj" and previous.head.i == token.head.i
+            and (previous.whitespace_ == "" or previous.pos_ == token.pos_ == "PROPN"))
 
 
 def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
@@ -362,7 +363,9 @@ def _np_text(token: Any, keep: frozenset[str] = _NP_KEEP_PREPS) -> str:
                  and all(t.pos_ == "PROPN" and t.text.istitle() for t in tokens[i:])), None)
     if kind is not None and tokens[kind - 1].i + 1 == tokens[kind].i:
         tokens = tokens[kind:]
-    text = "".join(t.text_with_ws for t in tokens).strip()
+    # a word left out between two kept ones ("Engineer, Payments" without its comma) leaves a space
+    text = "".join(t.text_with_ws if i + 1 == len(tokens) or tokens[i + 1].i == t.i + 1 else t.text + " "
+                   for i, t in enumerate(tokens)).strip()
     return re.sub(r"\s+", " ", text).strip(" ,.;:")
 
 
@@ -815,6 +818,13 @@ def is_pronoun(text: str) -> bool:
     """Is ``text`` (a subject the parse read) a pronoun: "That", "it", "What"?"""
     tokens = [t for t in nlp.parse(text) if not t.is_punct]
     return len(tokens) == 1 and (tokens[0].pos_ == "PRON" or tokens[0].lower_ in _PRONOUNS | _RELATIVE_WORDS)
+
+
+def is_person_name(text: str) -> bool:
+    """Is ``text`` ("Petra Holub") a person's full name, as far as its words say: proper nouns
+    that name no place, organisation, team or thing (the small model tags many names ORG)?"""
+    doc = nlp.parse(text)
+    return 2 <= len(doc) <= 4 and all(t.pos_ == "PROPN" and _is_person_named(t) for t in doc)
 
 
 def opens_with_a_noun(text: str) -> bool:

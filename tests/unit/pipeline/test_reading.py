@@ -999,3 +999,24 @@ def test_a_company_in_brackets_after_a_name_employs_the_person() -> None:
                          "Spoke to Kwame Asante (Finance) and Rui Costa (Douro Foods) today.\n")
     assert "Ana Lobo works for Tejo Logistics." in texts and "Rui Costa works for Douro Foods." in texts, texts
     assert not any("Kwame Asante works for" in t for t in texts)  # a department is no employer
+
+
+def test_a_run_of_key_value_lines_is_a_records_fields() -> None:
+    texts = _claim_texts("# Account: Lindqvist Marine\n\nAccount owner: Ana Reis\nARR: 84,000 EUR\nHealth: Amber\n")
+    assert texts == ["The owner of the Lindqvist Marine account is Ana Reis.",
+                     "The Lindqvist Marine ARR is 84,000 EUR.", "The Lindqvist Marine health is Amber."], texts
+    # speaker labels with no field key among them stay a chat
+    texts = _claim_texts("# Chat\n\nDana: the van is in Leeds now\nTomas: great, thanks\n")
+    assert "The Chat dana is the van is in Leeds now." not in texts and not any(t.startswith("The Chat") for t in texts)
+
+
+def test_the_manager_on_a_persons_record_is_whom_they_report_to() -> None:
+    texts = _claim_texts("# Starter checklist: Joana Pires\n\nManager: Rui Tavares\n")
+    assert texts == ["Joana Pires reports to Rui Tavares."], texts
+    d = one("Joana Pires reports to Rui Tavares.")
+    assert d.object == "Rui Tavares"  # one name, though the parser may make its words two objects
+
+
+def test_a_word_left_out_of_a_value_leaves_a_space() -> None:
+    assert one("The Ines Moreau role is Senior Data Engineer, Platform.").statement == \
+        "Ines Moreau role: Senior Data Engineer Platform"  # not "EngineerPlatform"
