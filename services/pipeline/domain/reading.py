@@ -1850,12 +1850,26 @@ def _relation(c: _Clause, verb: str, change: str, text: str) -> list[Reading] | 
 _WEEKDAY_PREFIX = re.compile(rf"^(?:the\s+|{timeparse.WEEKDAY_WORD},?\s+(?=\S*\d))", re.IGNORECASE)
 
 
+def _canonical_day(text: str) -> str:
+    """A day written in full whatever its form ("28 Feb 2027", "24/03/2026" -> "28 February 2027",
+    "24 March 2026"): a fact's value is the date, not its spelling. Anything else stays as written."""
+    found = timeparse.find_time_expressions(text, None)
+    if len(found) == 1 and (found[0].start, found[0].end) == (0, len(text)) and found[0].precision == "day" \
+            and not found[0].relative and found[0].valid_from is not None:
+        return timeparse.render_day(found[0].valid_from.date())
+    return text
+
+
 def _value_of(token: Any) -> str:
+    """The value a token holds, as a fact states it: a figure and its unit, a name, a day in full."""
+    return _canonical_day(_value_text(token))
+
+
+def _value_text(token: Any) -> str:
     if token.ent_type_ in ("DATE", "TIME"):
         # "(in) the second half of 2026", "Thursday 5 February 2026": the date itself; "27 March,
         # not 20 March": the date corrected away is no part of it
-        text = re.split(r",?\s+not\s+", _date_text(token), maxsplit=1)[0]
-        return _WEEKDAY_PREFIX.sub("", text)
+        return _WEEKDAY_PREFIX.sub("", re.split(r",?\s+not\s+", _date_text(token), maxsplit=1)[0])
     if not _is_valueish(token):
         return _np_text(token)
     skip: set[int] = set()

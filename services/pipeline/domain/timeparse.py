@@ -80,6 +80,11 @@ _P_DMY = re.compile(rf"(?<![\w.])(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_
 _P_MDY = re.compile(
     rf"(?<![\w])(?:the\s+)?{_MONTH}\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?(?![\d:])(?:,?\s+(?P<y>\d{{4}})(?!\d))?"
 )
+# "24/03/2026", "14/05/26", "due 16/6": a day and month in figures, read only when one of the two
+# cannot be a month ("03/04/2026" could be either and is left alone); without a year only after a
+# word that introduces a date ("24/7 support" and "3/4 of the staff" are no dates)
+_P_NUMERIC = re.compile(r"(?<![\w/.:-])(?P<a>\d{1,2})/(?P<b>\d{1,2})(?:/(?P<y>\d{4}|\d{2}))?(?![\w/:-]|\.\d)")
+_NUMERIC_DATE_AFTER = re.compile(r"\b(?:on|by|due|from|until|till|since|before|after|for|to)\s+$", re.IGNORECASE)
 _P_MY = re.compile(
     r"(?<![\w])(?:(?P<mod>early|mid|late|the end of|end of|the beginning of|beginning of|the start of|start of)"
     rf"[\s-]+)?{_MONTH}(?:,?\s+(?P<y>\d{{4}})(?!\d))?"
@@ -260,6 +265,25 @@ def _handle_day_month(text: str, match: re.Match[str], anchor: date | None) -> _
     if day is None:
         return None
     return _core_day(match, day, year_text is not None)
+
+
+def _handle_numeric(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
+    first, second = int(match.group("a")), int(match.group("b"))
+    if first > 12 >= second >= 1:
+        day_number, month = first, second
+    elif second > 12 >= first >= 1:
+        day_number, month = second, first  # "9/24": the month first
+    else:
+        return None
+    year_text = match.group("y")
+    if year_text is None:
+        if not _NUMERIC_DATE_AFTER.search(text, max(0, match.start() - 8), match.start()):
+            return None
+        if anchor is None:
+            return _core_day(match, None, False)
+    year = (2000 + int(year_text) if len(year_text) == 2 else int(year_text)) if year_text else anchor.year  # type: ignore[union-attr]
+    day = _safe_date(year, month, day_number)
+    return _core_day(match, day, year_text is not None) if day is not None else None
 
 
 def _handle_month(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
@@ -457,6 +481,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_ISO, _handle_iso),
     (_P_DMY, _handle_day_month),
     (_P_MDY, _handle_day_month),
+    (_P_NUMERIC, _handle_numeric),
     (_P_MY, _handle_month),
     (_P_QUARTER, _handle_quarter),
     (_P_QUARTER_WORDS, _handle_quarter_words),
@@ -495,7 +520,7 @@ def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | No
             if pattern is _P_WEEKDAY and weekdays and _preposition_before(text, match.start())[0] != "since":
                 core = _bare_weekday(match, anchor, weekdays.get(match.start()))
             core = core or handler(text, match, anchor)
-            if core is not None and pattern in (_P_DMY, _P_MDY, _P_ISO):
+            if core is not None and pattern in (_P_DMY, _P_MDY, _P_ISO, _P_NUMERIC):
                 weekday = _WEEKDAY_BEFORE.search(text, max(0, core.start - 12), core.start)
                 core = replace(core, start=weekday.start()) if weekday is not None else core
             if core is not None:

@@ -457,6 +457,11 @@ ANCHOR = date(2026, 9, 17)  # a Thursday
     # a fiscal year is read as its calendar year (no fiscal calendar is known), a quarter of it as that quarter
     ("in FY2025", None, (2025, 1, 1), (2025, 12, 31), "year", "event_time"),
     ("in Q3 FY26", None, (2026, 7, 1), (2026, 9, 30), "quarter", "event_time"),
+    # a day in figures, when one of its numbers cannot be a month; without a year only after a date word
+    ("on 24/03/2026", None, (2026, 3, 24), (2026, 3, 24), "day", "event_time"),
+    ("since 14/05/26", None, (2026, 5, 14), None, "open", "effective_period"),
+    ("due 16/6", "16 June 2026", (2026, 6, 16), (2026, 6, 16), "day", "event_time"),
+    ("by 9/24", "24 September 2026", None, (2026, 9, 24), "day", "event_time"),
 ])
 def test_date_resolution_table(phrase: str, replacement: str | None, start: tuple[int, int, int] | None,
                                end: tuple[int, int, int] | None, precision: str, kind: str) -> None:
@@ -472,6 +477,11 @@ def test_date_resolution_table(phrase: str, replacement: str | None, start: tupl
 def test_vague_dates_stay_unresolved(phrase: str) -> None:
     expression = timeparse.resolve(phrase, ANCHOR)
     assert expression is not None and not expression.resolved and expression.replacement is None
+
+
+@pytest.mark.parametrize("text", ["open 24/7", "3/4 of the staff", "on 03/04/2026", "rated 4/5", "version 2.1/3"])
+def test_figures_with_a_slash_that_are_no_unambiguous_day_are_no_date(text: str) -> None:
+    assert timeparse.find_time_expressions(text, ANCHOR) == []
 
 
 def test_a_bare_weekday_takes_its_direction_from_the_caller() -> None:

@@ -1020,3 +1020,8 @@ def test_the_manager_on_a_persons_record_is_whom_they_report_to() -> None:
 def test_a_word_left_out_of_a_value_leaves_a_space() -> None:
     assert one("The Ines Moreau role is Senior Data Engineer, Platform.").statement == \
         "Ines Moreau role: Senior Data Engineer Platform"  # not "EngineerPlatform"
+
+
+def test_a_day_held_as_a_value_is_written_in_full() -> None:
+    assert one("The renewal date is 28 Feb 2027.").statement == "renewal date: 28 February 2027"
+    assert one("The handover date was 24/03/2026.").statement == "handover date: 24 March 2026"
