@@ -1899,7 +1899,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
                          dated_by)
             if not any(_overlaps(edit, other) for other in edits):
                 edits.append(edit)
-    # 4. build the text
+    # 4. the shorthand of notes spelled out ("Vestby Hotels acct", "IT mgr at Kestrel Optics")
+    for match in _SHORTHAND_RE.finditer(document, part.start, part.end):
+        edit = _Edit(match.start(), match.end(), _SHORTHAND[match.group()], "reference_expanded",
+                     f"{match.group()} -> {_SHORTHAND[match.group()]}")
+        if not any(_overlaps(edit, other) for other in edits):
+            edits.append(edit)
+    # 5. build the text
     body = _apply_edits(document, part.start, part.end, edits)
     content = f"{subject_text} {body}" if subject_text else body
     if part.subject_span is not None:
@@ -1961,6 +1967,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         valid_kind=kind,
         kept_flagged=bool(flags),
     ))
+
+
+# abbreviations notes write for common words, spelled out in the claim (lower case only: "Acct"
+# may start a name); not those a value keeps ("3 yr", "5 hrs")
+_SHORTHAND = {"acct": "account", "accts": "accounts", "mgr": "manager", "mgrs": "managers", "dept": "department",
+              "depts": "departments", "mgmt": "management", "w/": "with", "w/o": "without", "thru": "through"}
+_SHORTHAND_RE = re.compile(r"(?<![\w/])(?:w/o|w/|acct|accts|mgrs?|depts?|mgmt|thru)(?![\w/])")
 
 
 def _overlaps(a: _Edit, b: _Edit) -> bool:

@@ -113,8 +113,10 @@ _P_DEICTIC = re.compile(
     r"|(?<=effective )immediately|with immediate effect)(?![\w])",
     re.IGNORECASE,
 )
-_P_REL_UNIT = re.compile(r"(?<![\w])(?P<rel>last|next|this|previous)\s+(?P<u>week|month|year|quarter)(?![\w])",
-                         re.IGNORECASE)
+_P_REL_UNIT = re.compile(r"(?<![\w])(?P<rel>last|next|this|previous)\s+(?P<u>week|wk|month|year|yr|quarter|qtr)"
+                         r"(?![\w])", re.IGNORECASE)
+# the units as notes abbreviate them ("last wk", "this qtr")
+_UNIT_ABBREVIATIONS = {"wk": "week", "yr": "year", "qtr": "quarter"}
 # "by the end of the month", "at the start of the quarter": the anchor's month, quarter, ...
 _P_PART_OF_PERIOD = re.compile(r"(?<![\w])(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?P<rel>the)\s+"
                                r"(?P<u>week|month|quarter|year)(?![\w])", re.IGNORECASE)
@@ -395,7 +397,7 @@ def _handle_deictic(text: str, match: re.Match[str], anchor: date | None) -> _Co
 
 def _handle_relative_unit(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     rel = match.group("rel").lower()
-    unit = match.group("u").lower()
+    unit = _UNIT_ABBREVIATIONS.get(match.group("u").lower(), match.group("u").lower())
     step = {"last": -1, "previous": -1, "this": 0, "the": 0, "next": 1}[rel]
     precision = "week" if unit == "week" else unit
     if anchor is None:

@@ -1025,3 +1025,11 @@ def test_a_word_left_out_of_a_value_leaves_a_space() -> None:
 def test_a_day_held_as_a_value_is_written_in_full() -> None:
     assert one("The renewal date is 28 Feb 2027.").statement == "renewal date: 28 February 2027"
     assert one("The handover date was 24/03/2026.").statement == "handover date: 24 March 2026"
+
+
+def test_the_shorthand_of_notes_is_spelled_out_in_the_claim() -> None:
+    texts = _claim_texts("# Notes\n\nRuth Ibe is the ops mgr at Albion Dental. Carys owns the Albion acct.\n")
+    assert texts == ["Ruth Ibe is the ops manager at Albion Dental.", "Carys owns the Albion account."], texts
+    assert one("Ruth Ibe is the ops manager at Albion Dental.").predicate == "works_for"
+    [claim] = _claim_texts("# Notes\n\nLunch w/ the Harwell team was booked for last wk.\n")
+    assert claim.startswith("Lunch with the Harwell team") and "week of" in claim, claim
