@@ -1900,9 +1900,21 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
             if not any(_overlaps(edit, other) for other in edits):
                 edits.append(edit)
     # 4. the shorthand of notes spelled out ("Vestby Hotels acct", "IT mgr at Kestrel Optics")
-    for match in _SHORTHAND_RE.finditer(document, part.start, part.end):
-        edit = _Edit(match.start(), match.end(), _SHORTHAND[match.group()], "reference_expanded",
-                     f"{match.group()} -> {_SHORTHAND[match.group()]}")
+    shorthand = [_Edit(m.start(), m.end(), _SHORTHAND[m.group()], "reference_expanded",
+                       f"{m.group()} -> {_SHORTHAND[m.group()]}")
+                 for m in _SHORTHAND_RE.finditer(document, part.start, part.end)]
+    # "Health moved Green → Amber": a change written with an arrow is one from the first to the second
+    shorthand += [_Edit(m.start(), m.end(), f"from {m.group('was')} to ", "reference_expanded",
+                        f"{m.group().strip()} -> from {m.group('was')} to")
+                  for m in _ARROW_RE.finditer(document, part.start, part.end)]
+    edits.extend(edit for edit in shorthand if not any(_overlaps(edit, other) for other in edits))
+    # "Health moved Green → Amber" in a record's notes: the record's health (as its fields are)
+    field = _BARE_FIELD_RE.match(document, part.start, part.end) if ctx.parsed and not part.subject else None
+    record = _heading_subject(ctx, sentence.start) if field is not None else None
+    if field is not None and record is not None and _names_a_thing(record[0]):
+        word = field.group("field")
+        edit = _Edit(field.start(), field.end(), f"The {record[0]} {word if word.isupper() else word.lower()}",
+                     "subject_copied", f"{word} -> the {record[0]} {word.lower()}", (record[1],))
         if not any(_overlaps(edit, other) for other in edits):
             edits.append(edit)
     # 5. build the text
@@ -1974,6 +1986,12 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
 _SHORTHAND = {"acct": "account", "accts": "accounts", "mgr": "manager", "mgrs": "managers", "dept": "department",
               "depts": "departments", "mgmt": "management", "w/": "with", "w/o": "without", "thru": "through"}
 _SHORTHAND_RE = re.compile(r"(?<![\w/])(?:w/o|w/|acct|accts|mgrs?|depts?|mgmt|thru)(?![\w/])")
+
+
+# a record's field named bare at the start of a note about the record ("Priority raised to P1")
+_BARE_FIELD_RE = re.compile(r"(?P<field>[Hh]ealth|[Pp]riority|[Ss]everity|[Ss]tage|[Tt]ier|[Rr]ating|ACV|ARR|MRR)"
+                            r"(?=\s+(?!of\b|is\b|was\b)[a-z])")
+_ARROW_RE = re.compile(r"(?<![\w£$€.,])(?P<was>(?:\d[\d.,]*\s+)?[\w£$€][\w£$€.,%-]*)\s*(?:→|->)\s*(?=[\w£$€])")
 
 
 def _overlaps(a: _Edit, b: _Edit) -> bool:

@@ -176,7 +176,7 @@ _ROLE_WORDS = _ROLE_BEFORE_NAME | frozenset(_ROLE_NOUNS)  # a role noun an appos
 _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
 # attributes whose values are grades ("severity: high", "the priority is low")
-_GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health".split())
+_GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health rating grade".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b", re.IGNORECASE)
@@ -1550,8 +1550,8 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # DTE 25" is a name with a number in it
             return None
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
-        if mover is None:
-            return None
+        if mover is None or mover.lemma_.lower() in _GRADED_HEADS:
+            return None  # "health moved from Green to Amber": a value changes (an attribute)
         if _is_person(destination) and not _is_personish(mover) and not (source is not None and _is_place(source)):
             # "his projects go to Beatrix": a hand-over of work, not a place
             rest = _predicate_text(c)
@@ -1923,6 +1923,8 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     succession = "succession" if change == "none" else change
     to = _first(c.preps, "to", "until", "till", "into")
     source = _first(c.preps, "from")
+    if source is not None and _is_time(source) and to is not None and not _is_time(to):
+        source = None  # "cut to 262,000 GBP from 1 May": when it changed, not what it was
     status = _status_change(c)
     if status is not None:
         # "was cancelled", "went live": an event that changes the status; "is paused": a state
@@ -1950,7 +1952,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     climbed = next((a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)
                     and any(t.lower_ == "to" and t.dep_ == "quantmod" for t in a.subtree)), None)
     if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift", "go") and (
-            to is not None and _is_amount(to) or climbed is not None)):
+            to is not None and (_is_amount(to) or thing.lemma_.lower() in _GRADED_HEADS) or climbed is not None)):
         ranged = source if source is not None else next(
             (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)
         if to is None and ranged is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"

@@ -1033,3 +1033,14 @@ def test_the_shorthand_of_notes_is_spelled_out_in_the_claim() -> None:
     assert one("Ruth Ibe is the ops manager at Albion Dental.").predicate == "works_for"
     [claim] = _claim_texts("# Notes\n\nLunch w/ the Harwell team was booked for last wk.\n")
     assert claim.startswith("Lunch with the Harwell team") and "week of" in claim, claim
+
+
+def test_a_change_written_with_an_arrow_in_a_records_notes_is_the_records() -> None:
+    document = ("# Account: Halden Shipping\n\n- Health moved Green → Red on 3 March.\n"
+                "- ARR cut to 90,000 EUR from 1 April.\n")
+    texts = _claim_texts(document)
+    assert texts == ["The Halden Shipping health moved from Green to Red on 3 March 2026.",
+                     "The Halden Shipping ARR cut to 90,000 EUR from 1 April 2026."], texts
+    found, _ = drafts("The Halden Shipping ARR was cut to 90,000 EUR from 1 April 2026.")
+    assert [(d.statement, d.previous_value) for d in found] == [("Halden Shipping ARR: 90,000 EUR", None)]
+    assert one("The urgency went from low to high.").kind != "relation"  # a grade moves, no one moves
