@@ -1235,25 +1235,33 @@ _PAREN_ROLE_RE = re.compile(rf"\(\s*((?:[A-Za-z][\w&.'’-]*\s+){{1,5}}?)(?:at|@
 _COMPANY_HEADS = frozenset("""ltd limited plc llc llp inc gmbh ag sa bv corp corporation company co group holdings
 partners legal law foods health healthcare logistics freight shipping hotels retail bank energy studios clinics
 solutions services systems technologies labs consulting capital media insurance""".split())
+# "Leila Farahani from the warehouse systems team is looking into it": the team a person is from
+_FROM_TEAM_RE = re.compile(r"(?<=\s)from\s+((?:the\s+)?(?:[\w&'’-]+\s+){0,3}(?:team|squad|department|desk|unit))\b")
+_OF_COMPANY_RE = re.compile(rf"(?<=\s)(?:of|from)\s+({_NAME}(?:\s+&\s+{_NAME})?)\b")  # "Dana Cole of Brightline Labs"
 _PAREN_COMPANY_RE = re.compile(rf"\(\s*({_NAME}(?:\s+&\s+{_NAME})?)\s*\)")
 
 
 def _parenthetical_roles(ctx: _Context, sentence: _Sentence) -> None:
-    """A claim of each role in brackets after a person's full name ("Call w/ Jonas Eide (Ops Dir
-    at Halvorsen Freight)" says Jonas Eide is Ops Dir at Halvorsen Freight; "Reporter: Beth
-    Crane (Marlow Legal)" that she works for Marlow Legal), whatever becomes of the sentence
-    around it: the writer's own description of the person."""
+    """A claim of each description of a person after their full name, whatever becomes of the
+    sentence around it (the writer's own description of the person): a role in brackets ("Call
+    w/ Jonas Eide (Ops Dir at Halvorsen Freight)"), a company in brackets or after "of" / "from"
+    ("Beth Crane (Marlow Legal)", "Dana Cole of Brightline Labs": works for it), a team after
+    "from" ("Leila Farahani from the warehouse systems team": works on it)."""
     document = ctx.model.text
-    companies = [m for m in _PAREN_COMPANY_RE.finditer(document, sentence.start, sentence.end)
+    companies = [m for pattern in (_PAREN_COMPANY_RE, _OF_COMPANY_RE)
+                 for m in pattern.finditer(document, sentence.start, sentence.end)
                  if len(m.group(1).split()) >= 2 and m.group(1).split()[-1].lower().rstrip(".") in _COMPANY_HEADS]
     for match, says in [*((m, "is") for m in _PAREN_ROLE_RE.finditer(document, sentence.start, sentence.end)),
-                        *((m, "works for") for m in companies)]:
+                        *((m, "works for") for m in companies),
+                        *((m, "works on") for m in _FROM_TEAM_RE.finditer(document, sentence.start, sentence.end))]:
         named_end = sentence.start + len(document[sentence.start:match.start()].rstrip())
-        # a field's value may open with the name ("Reporter: Beth Crane (Marlow Legal)")
+        # the sentence (or a field's value) may open with the name ("Reporter: Beth Crane (Marlow
+        # Legal)", "Leila Farahani from the warehouse team is ..."): then the parse must call it a person
         field_value = document[document.rfind("\n", 0, sentence.start) + 1:sentence.start].rstrip().endswith(":")
-        person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end,
-                                                   sentence.start - 1 if field_value else sentence.start)
+        person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end, sentence.start - 1)
                        if m[1] == named_end and len(m[2].split()) >= 2), None)
+        if person is not None and person[0] == sentence.start and not field_value:
+            person = _parsed_person_span(document, sentence.start, person)
         if person is None:
             continue
         part = _Part(match.start(1), match.end(match.lastindex or 1), f"{person[2]} {says}", (person[0], person[1]))
@@ -2430,6 +2438,21 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
         if others - set(names):
             return None
     return next(iter(names.values()))
+
+
+def _parsed_person_span(document: str, sentence_start: int, mention: tuple[int, int, str]
+                        ) -> tuple[int, int, str] | None:
+    """The part of a name at a sentence's start the parse calls a person, from its first word
+    tagged so ("Call Dana Cole" -> "Dana Cole"), if two words or more."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[sentence_start:mention[1]])
+    first = next((t for t in doc if t.idx >= mention[0] - sentence_start and t.ent_type_ == "PERSON"), None)
+    if first is None:
+        return None
+    start = sentence_start + first.idx
+    name = document[start:mention[1]]
+    return (start, mention[1], name) if len(name.split()) >= 2 else None
 
 
 def _parsed_person(document: str, sentence_start: int, mention: tuple[int, int, str]) -> bool:

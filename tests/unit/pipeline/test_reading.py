@@ -1044,3 +1044,9 @@ def test_a_change_written_with_an_arrow_in_a_records_notes_is_the_records() -> N
     found, _ = drafts("The Halden Shipping ARR was cut to 90,000 EUR from 1 April 2026.")
     assert [(d.statement, d.previous_value) for d in found] == [("Halden Shipping ARR: 90,000 EUR", None)]
     assert one("The urgency went from low to high.").kind != "relation"  # a grade moves, no one moves
+
+
+def test_the_team_or_company_a_person_is_from_is_theirs_whatever_the_sentence_says() -> None:
+    texts = _claim_texts("# Notes\n\nIrene Ward from the claims team is looking into it.\n\n"
+                         "A call from Oskar Lind of Nordvik Shipping came in.\n")
+    assert "Irene Ward works on the claims team." in texts and "Oskar Lind works for Nordvik Shipping." in texts
