@@ -306,9 +306,15 @@ _PLACE_KEYS = frozenset({"region", "location", "hosted in", "host region", "data
                          "office", "based in", "located in"})
 # a field whose key names the team a person is in ("Dept: Finance Ops" on a person's record)
 _MEMBERSHIP_KEYS = frozenset({"department", "team", "squad", "unit", "group", "division", "function"})
-# abbreviations field keys are written with ("Acct owner", "Mgr", "Dept")
-_KEY_ABBREVIATIONS = {"acct": "account", "mgr": "manager", "dept": "department", "loc": "location", "exec": "executive",
-                      "mgmt": "management", "org": "organisation"}
+# abbreviations notes write for common words ("the Vestby Hotels acct", "IT mgr at Kestrel"):
+# spelled out in claims (lower case only: "Acct" may start a name) and in field keys
+_WORD_ABBREVIATIONS = {"acct": "account", "mgr": "manager", "dept": "department", "mgmt": "management"}
+# and those only field keys are written with ("Acct owner", "Loc", "Account exec")
+_KEY_ABBREVIATIONS = {**_WORD_ABBREVIATIONS, "loc": "location", "org": "organisation", "exec": "executive"}
+_SHORTHAND = {**_WORD_ABBREVIATIONS, **{f"{k}s": f"{v}s" for k, v in _WORD_ABBREVIATIONS.items() if k != "mgmt"},
+              "w/": "with", "w/o": "without", "thru": "through"}  # not units a value keeps ("3 yr", "5 hrs")
+_SHORTHAND_RE = re.compile(rf"(?<![\w/])(?:{'|'.join(sorted(map(re.escape, _SHORTHAND), key=len, reverse=True))})"
+                           r"(?![\w/])")
 
 
 def _field_key(key: str) -> str:
@@ -1987,13 +1993,6 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
         valid_kind=kind,
         kept_flagged=bool(flags),
     ))
-
-
-# abbreviations notes write for common words, spelled out in the claim (lower case only: "Acct"
-# may start a name); not those a value keeps ("3 yr", "5 hrs")
-_SHORTHAND = {"acct": "account", "accts": "accounts", "mgr": "manager", "mgrs": "managers", "dept": "department",
-              "depts": "departments", "mgmt": "management", "w/": "with", "w/o": "without", "thru": "through"}
-_SHORTHAND_RE = re.compile(r"(?<![\w/])(?:w/o|w/|acct|accts|mgrs?|depts?|mgmt|thru)(?![\w/])")
 
 
 # a record's field named bare at the start of a note about the record ("Priority raised to P1")

@@ -159,9 +159,9 @@ cloudflare akamai fastly scaleway""".split())
 _SITE_NOUNS = frozenset("site location building premises facility place home office".split())
 # nouns that say what kind of thing a name that follows them is ("the internal tool Quasar")
 _KIND_NOUNS = frozenset("tool project product codename initiative vendor supplier client customer".split())
-# what passes through a named service that it uses: "SMS went through Nexmo", "staff sign in through Okta"
 # what a value is fixed at ("fixes the price at 128 EUR", "the spend is capped at 60,000 GBP")
 _FIXED_AT = frozenset("fix set cap freeze lock peg keep hold approve agree confirm".split())
+# what passes through a named service that it uses: "SMS went through Nexmo", "staff sign in through Okta"
 _SIGN_IN_VERBS = frozenset("sign log authenticate connect sync".split())
 _CHANNEL_VERBS = _SIGN_IN_VERBS | frozenset("go send route pass process flow pay".split())
 # what is done in a system one uses: "tracked in AMOS", "processed in Xero"
@@ -469,13 +469,13 @@ def _is_place(token: Any) -> bool:
     return token.ent_type_ in ("GPE", "LOC", "FAC")
 
 
+_STREET_HEADS = frozenset("road street lane avenue".split())  # what a thing is "on" ("on Station Road")
 # nouns that name where a thing is kept or stands ("the site cabin", "room B012", "Hall 4")
 _PLACE_HEADS = frozenset("""room building floor hall warehouse office site depot yard basement campus wing lab
 laboratory store storeroom stockroom cupboard cabinet shelf locker shed garage centre center datacenter region
 zone plant factory bay dock annex annexe attic vault hangar terminal quay wharf pier farm mill barn station port
-harbour airport park clinic hospital library museum school church chapel cathedral premises road street lane
-avenue""".split())
-_STREET_HEADS = frozenset("road street lane avenue".split())  # what a thing is "on"
+harbour airport park clinic hospital library museum school church chapel cathedral premises""".split()) \
+    | _STREET_HEADS
 
 
 def _names_a_system(token: Any) -> bool:
@@ -501,6 +501,9 @@ def _is_amount(token: Any) -> bool:
     return _is_valueish(token) and not _is_time(token) and token.ent_type_ not in ("DATE", "TIME")
 
 
+_CLOCK_TIME = re.compile(r"\d{1,2}[:.]\d{2}")  # "10:30": a figure, which the small model may tag a time
+
+
 def _is_valueish(token: Any) -> bool:
     """A number, amount or date: the token or its own modifiers (not its prepositional phrases)."""
     words = [token, *[c for c in token.children if c.dep_ in ("nummod", "quantmod", "compound", "amod", "nmod")]]
@@ -508,8 +511,6 @@ def _is_valueish(token: Any) -> bool:
     return any(t.like_num or t.ent_type_ in ("MONEY", "PERCENT", "QUANTITY", "CARDINAL", "DATE")
                or t.text in ("$", "€", "£", "%") or _CLOCK_TIME.fullmatch(t.text) for t in words)
 
-
-_CLOCK_TIME = re.compile(r"\d{1,2}[:.]\d{2}")  # "10:30": a figure, which the small model may tag a time
 
 
 # ------------------------------------------------------------------------- clause parts

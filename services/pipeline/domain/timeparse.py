@@ -278,12 +278,14 @@ def _handle_numeric(text: str, match: re.Match[str], anchor: date | None) -> _Co
     else:
         return None
     year_text = match.group("y")
-    if year_text is None:
-        if not _NUMERIC_DATE_AFTER.search(text, max(0, match.start() - 8), match.start()):
-            return None
-        if anchor is None:
-            return _core_day(match, None, False)
-    year = (2000 + int(year_text) if len(year_text) == 2 else int(year_text)) if year_text else anchor.year  # type: ignore[union-attr]
+    if year_text is not None:
+        year = 2000 + int(year_text) if len(year_text) == 2 else int(year_text)
+    elif not _NUMERIC_DATE_AFTER.search(text, max(0, match.start() - 8), match.start()):
+        return None
+    elif anchor is None:
+        return _core_day(match, None, False)
+    else:
+        year = anchor.year
     day = _safe_date(year, month, day_number)
     return _core_day(match, day, year_text is not None) if day is not None else None
 
