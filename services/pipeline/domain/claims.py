@@ -1183,7 +1183,8 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
 
 
-_WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b")
+_WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b|(?i:\b(?:{timeparse.SHORT_WEEKDAY_AFTER})\s+"
+                         rf"(?:{'|'.join(timeparse.WEEKDAY_ABBREVIATIONS)})\b)")
 
 
 def _weekday_tenses(document: str, sentence: _Sentence, start: int, end: int) -> dict[int, int]:
@@ -1199,7 +1200,9 @@ def _weekday_tenses(document: str, sentence: _Sentence, start: int, end: int) ->
 
     out = {}
     for token in nlp.parse(document[sentence.start:sentence.end]):
-        if token.text not in _WEEKDAY_WORDS or not start <= sentence.start + token.idx < end:
+        shortened = token.lower_.rstrip(".") in timeparse.WEEKDAY_ABBREVIATIONS and token.i > 0 \
+            and re.fullmatch(timeparse.SHORT_WEEKDAY_AFTER, token.nbor(-1).lower_) is not None  # "from mon"
+        if not (token.text in _WEEKDAY_WORDS or shortened) or not start <= sentence.start + token.idx < end:
             continue  # "last Friday", "since Friday": timeparse's own rules win
         verb = token.head
         while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:

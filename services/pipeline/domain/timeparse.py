@@ -62,7 +62,10 @@ _MONTH_ABBREVIATIONS: dict[str, int] = {
     "jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8,
     "sep": 9, "sept": 9, "oct": 10, "nov": 11, "dec": 12,
 }
-_WEEKDAYS: dict[str, int] = {name.lower(): i for i, name in enumerate(WEEKDAY_NAMES)}
+# the weekdays as chats and notes shorten them ("since mon", "by Weds", "last fri")
+WEEKDAY_ABBREVIATIONS: dict[str, int] = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "weds": 2, "thu": 3, "thur": 3,
+                                         "thurs": 3, "fri": 4, "sat": 5, "sun": 6}
+_WEEKDAYS: dict[str, int] = {name.lower(): i for i, name in enumerate(WEEKDAY_NAMES)} | WEEKDAY_ABBREVIATIONS
 _NUMBER_WORDS: dict[str, int] = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
     "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
@@ -120,7 +123,13 @@ _UNIT_ABBREVIATIONS = {"wk": "week", "yr": "year", "qtr": "quarter"}
 # "by the end of the month", "at the start of the quarter": the anchor's month, quarter, ...
 _P_PART_OF_PERIOD = re.compile(r"(?<![\w])(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?P<rel>the)\s+"
                                r"(?P<u>week|month|quarter|year)(?![\w])", re.IGNORECASE)
-_P_REL_WEEKDAY = re.compile(rf"(?<![\w])(?P<rel>last|next|this)\s+(?P<wd>{_WEEKDAY})(?![\w])", re.IGNORECASE)
+_WEEKDAY_SHORT = "|".join(sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True))
+_P_REL_WEEKDAY = re.compile(rf"(?<![\w])(?P<rel>last|next|this)\s+(?P<wd>{_WEEKDAY}|{_WEEKDAY_SHORT})\.?(?![\w])",
+                            re.IGNORECASE)
+# a shortened weekday only after a word that introduces a date ("sat" and "wed" are verbs too)
+SHORT_WEEKDAY_AFTER = r"since|from|by|on|till|until|before|after"
+_P_WEEKDAY_SHORT = re.compile(rf"(?<![\w])(?:{SHORT_WEEKDAY_AFTER})\s+(?P<wd>{_WEEKDAY_SHORT})\.?(?![\w])",
+                              re.IGNORECASE)
 _P_AGO = re.compile(
     r"(?<![\w])(?P<n>\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<u>days?|months?|years?)"
     r"\s+ago(?![\w])",
@@ -473,11 +482,13 @@ def _handle_ago(text: str, match: re.Match[str], anchor: date | None) -> _Core |
 def _handle_unresolvable(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     if match.re is _P_WEEKDAY and text[match.end():match.end() + 1] == "s":
         return None
-    if match.re is _P_WEEKDAY and anchor is not None and _preposition_before(text, match.start())[0] == "since":
+    weekday = match.re in (_P_WEEKDAY, _P_WEEKDAY_SHORT)
+    start = match.start("wd") if weekday else match.start()
+    if weekday and anchor is not None and _preposition_before(text, start)[0] == "since":
         # "since Tuesday" can only look back: the latest Tuesday before the anchor
         day = anchor - timedelta(days=(anchor.weekday() - _WEEKDAYS[match.group("wd").lower()]) % 7 or 7)
-        return _Core(match.start(), match.end(), day, day, "day", True, True, render_day(day), None)
-    return _Core(match.start(), match.end(), None, None, "day", True, True, None, None)
+        return _Core(start, match.end(), day, day, "day", True, True, render_day(day), None)
+    return _Core(start, match.end(), None, None, "day", True, True, None, None)
 
 
 _Handler = Callable[[str, re.Match[str], date | None], _Core | None]
@@ -501,6 +512,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_AGO, _handle_ago),
     (_P_VAGUE, _handle_unresolvable),
     (_P_WEEKDAY, _handle_unresolvable),
+    (_P_WEEKDAY_SHORT, _handle_unresolvable),
 )
 
 
@@ -513,7 +525,7 @@ def _bare_weekday(match: re.Match[str], anchor: date | None, direction: int | No
         return None
     day = anchor + timedelta(days=gap if direction > 0 else gap - 7)
     # not deictic: its preposition ("on", "for", "from") is already written before it
-    return _Core(match.start(), match.end(), day, day, "day", True, False, render_day(day), None)
+    return _Core(match.start("wd"), match.end(), day, day, "day", True, False, render_day(day), None)
 
 
 def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | None = None) -> list[_Core]:
@@ -521,8 +533,9 @@ def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | No
     for priority, (pattern, handler) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
             core = None
-            if pattern is _P_WEEKDAY and weekdays and _preposition_before(text, match.start())[0] != "since":
-                core = _bare_weekday(match, anchor, weekdays.get(match.start()))
+            if pattern in (_P_WEEKDAY, _P_WEEKDAY_SHORT) and weekdays \
+                    and _preposition_before(text, match.start("wd"))[0] != "since":
+                core = _bare_weekday(match, anchor, weekdays.get(match.start("wd")))
             core = core or handler(text, match, anchor)
             if core is not None and pattern in (_P_DMY, _P_MDY, _P_ISO, _P_NUMERIC):
                 weekday = _WEEKDAY_BEFORE.search(text, max(0, core.start - 12), core.start)

@@ -479,6 +479,17 @@ def test_vague_dates_stay_unresolved(phrase: str) -> None:
     assert expression is not None and not expression.resolved and expression.replacement is None
 
 
+def test_a_shortened_weekday_after_a_date_word_is_a_day() -> None:
+    [since] = timeparse.find_time_expressions("on call since mon", ANCHOR)  # ANCHOR is a Thursday
+    assert (since.valid_from, since.precision) == (midnight(2026, 9, 14), "open")
+    [last] = timeparse.find_time_expressions("shipped last fri", ANCHOR)
+    assert last.valid_from == midnight(2026, 9, 11)
+    [ahead] = timeparse.find_time_expressions("takes over from Tues", ANCHOR, {16: 1})
+    assert ahead.valid_from == midnight(2026, 9, 22)
+    # a verb, not a day
+    assert timeparse.find_time_expressions("we sat down and wed the two plans", ANCHOR) == []
+
+
 @pytest.mark.parametrize("text", ["open 24/7", "3/4 of the staff", "on 03/04/2026", "rated 4/5", "version 2.1/3"])
 def test_figures_with_a_slash_that_are_no_unambiguous_day_are_no_date(text: str) -> None:
     assert timeparse.find_time_expressions(text, ANCHOR) == []

@@ -1050,3 +1050,9 @@ def test_the_team_or_company_a_person_is_from_is_theirs_whatever_the_sentence_sa
     texts = _claim_texts("# Notes\n\nIrene Ward from the claims team is looking into it.\n\n"
                          "A call from Oskar Lind of Nordvik Shipping came in.\n")
     assert "Irene Ward works on the claims team." in texts and "Oskar Lind works for Nordvik Shipping." in texts
+
+
+def test_a_shortened_weekday_in_a_chat_dates_the_change() -> None:
+    document = "[t1 | 2026-12-04T10:00:00Z] Ines: fyi Tomas Berg has led the night desk since mon\n"
+    [claim] = _claim_texts(document)
+    assert claim.endswith("since 30 November 2026."), claim
