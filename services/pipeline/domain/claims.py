@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from services.pipeline.domain import timeparse
 from services.pipeline.domain.entities import ABBREVIATED_TITLES, TITLE_PATTERN, role_before_title
+from services.pipeline.domain.reading import GRADED_HEADS
 from services.platform import structure
 
 __all__ = [
@@ -703,8 +704,7 @@ def _parse_document(document: str) -> _Model:
                     continue
                 short = len(document[value_start:content_end].split()) <= 3
                 field = _field_key(key)
-                if field in _FIELD_ROLES or (field in _VALUE_KEYS or field in _PLACE_KEYS
-                                             or field in _MEMBERSHIP_KEYS) and short or (
+                if field in _FIELD_ROLES or _is_field_key(field) and short or (
                         _SUBJECTLESS_RE.match(document[value_start:content_end])) or (
                         fields and lowered not in _LABEL_KEYS
                         and len(document[value_start:content_end].split()) <= _FIELD_VALUE_WORDS):
@@ -765,9 +765,13 @@ def _field_block(text: str, participants: Sequence[str]) -> bool:
     keys = [m.group("speaker").strip() for line in text.splitlines()
             if (m := _BOLD_SPEAKER_RE.match(line.lstrip()) or _PLAIN_LABEL_RE.match(line.lstrip()))]
     keys = [k for k in keys if k.lower() not in _META_BOILERPLATE_KEYS]
-    known = [k for k in keys if _field_key(k) in _FIELD_ROLES or _field_key(k) in _VALUE_KEYS | _PLACE_KEYS
-             | _MEMBERSHIP_KEYS]
+    known = [k for k in keys if _field_key(k) in _FIELD_ROLES or _is_field_key(_field_key(k))]
     return len(keys) >= 2 and bool(known) and not any(k in participants for k in keys)
+
+
+def _is_field_key(field: str) -> bool:
+    """A key (as :func:`_field_key` spells it) that names a value, a place or a membership."""
+    return field in _VALUE_KEYS or field in _PLACE_KEYS or field in _MEMBERSHIP_KEYS
 
 
 _GREETING_RE = re.compile(r"^[ \t]*(?i:hi|hello|hey|dear|good\s+morning|morning)[ \t]+"
@@ -1183,8 +1187,7 @@ def _date_as_modifier(text: str, expression: timeparse.TimeExpression) -> bool:
     return bool(re.search(r"[a-z]\s+(?:for|of)\s+$", text[:expression.start])) and _names_a_noun(text, expression)
 
 
-_WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b|(?i:\b(?:{timeparse.SHORT_WEEKDAY_AFTER})\s+"
-                         rf"(?:{'|'.join(timeparse.WEEKDAY_ABBREVIATIONS)})\b)")
+_WEEKDAY_RE = re.compile(rf"\b(?:{'|'.join(timeparse.WEEKDAY_NAMES)})\b")
 
 
 def _weekday_tenses(document: str, sentence: _Sentence, start: int, end: int) -> dict[int, int]:
@@ -1194,14 +1197,14 @@ def _weekday_tenses(document: str, sentence: _Sentence, start: int, end: int) ->
     or future one ("takes over from Monday", "I'm leaving on Friday"). A weekday no verb
     governs is left out. Offsets are the part's; the parse is the whole sentence's, which
     :func:`extract_claims` reads in one batch with the passage's other dated sentences."""
-    if not _WEEKDAY_RE.search(document, start, end):
+    if not (_WEEKDAY_RE.search(document, start, end) or timeparse.SHORT_WEEKDAY_RE.search(document, start, end)):
         return {}
     from services.pipeline.domain import nlp
 
     out = {}
     for token in nlp.parse(document[sentence.start:sentence.end]):
         shortened = token.lower_.rstrip(".") in timeparse.WEEKDAY_ABBREVIATIONS and token.i > 0 \
-            and re.fullmatch(timeparse.SHORT_WEEKDAY_AFTER, token.nbor(-1).lower_) is not None  # "from mon"
+            and token.nbor(-1).lower_ in timeparse.SHORT_DATE_WORDS  # "from mon"
         if not (token.text in _WEEKDAY_WORDS or shortened) or not start <= sentence.start + token.idx < end:
             continue  # "last Friday", "since Friday": timeparse's own rules win
         verb = token.head
@@ -1260,13 +1263,13 @@ def _parenthetical_roles(ctx: _Context, sentence: _Sentence) -> None:
     companies = [m for pattern in (_PAREN_COMPANY_RE, _OF_COMPANY_RE)
                  for m in pattern.finditer(document, sentence.start, sentence.end)
                  if len(m.group(1).split()) >= 2 and m.group(1).split()[-1].lower().rstrip(".") in _COMPANY_HEADS]
+    # the sentence (or a field's value) may open with the name ("Reporter: Beth Crane (Marlow Legal)",
+    # "Leila Farahani from the warehouse team is ..."): then the parse must call it a person
+    field_value = document[document.rfind("\n", 0, sentence.start) + 1:sentence.start].rstrip().endswith(":")
     for match, says in [*((m, "is") for m in _PAREN_ROLE_RE.finditer(document, sentence.start, sentence.end)),
                         *((m, "works for") for m in companies),
                         *((m, "works on") for m in _FROM_TEAM_RE.finditer(document, sentence.start, sentence.end))]:
         named_end = sentence.start + len(document[sentence.start:match.start()].rstrip())
-        # the sentence (or a field's value) may open with the name ("Reporter: Beth Crane (Marlow
-        # Legal)", "Leila Farahani from the warehouse team is ..."): then the parse must call it a person
-        field_value = document[document.rfind("\n", 0, sentence.start) + 1:sentence.start].rstrip().endswith(":")
         person = next((m for m in _person_mentions(ctx.model, sentence.start, named_end, sentence.start - 1)
                        if m[1] == named_end and len(m[2].split()) >= 2), None)
         if person is not None and person[0] == sentence.start and not field_value:
@@ -1501,8 +1504,9 @@ def _heading_field(ctx: _Context, heading: tuple[str, tuple[int, int]], key: str
     field = _field_key(key)
     role = _FIELD_ROLES.get(field)
     name = _only_names(value)
-    person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip()) or (
-        role == "manager" or field in _MEMBERSHIP_KEYS) and _names_a_person(heading[0])
+    # a person's record: "# Employee record — Alvarez, Nuria", "# Leaver checklist: Petra Holub"
+    person = _INVERTED_NAME_RE.match(ctx.model.text[heading[1][0]:heading[1][1]].strip()) is not None or (
+        (role == "manager" or field in _MEMBERSHIP_KEYS) and _names_a_person(heading[0]))
     if person and role == "manager" and name:
         # "Manager: Greg Huxley" on a person's record: the person reports to them
         return _Part(value_start, value_end, f"{heading[0]} reports to", heading[1])
@@ -1998,9 +2002,13 @@ def _claimify(ctx: _Context, sentence: _Sentence, part: _Part, attribution: _Att
     ))
 
 
-# a record's field named bare at the start of a note about the record ("Priority raised to P1")
-_BARE_FIELD_RE = re.compile(r"(?P<field>[Hh]ealth|[Pp]riority|[Ss]everity|[Ss]tage|[Tt]ier|[Rr]ating|ACV|ARR|MRR)"
-                            r"(?=\s+(?!of\b|is\b|was\b)[a-z])")
+# a record's field named bare at the start of a note about the record ("Priority raised to P1",
+# "Health moved Green → Amber", "ACV cut to 262,000 GBP"): a one-word key that names a value, a
+# graded noun, or a recurring-revenue figure
+_METRIC_ACRONYMS = frozenset({"ACV", "ARR", "MRR", "TCV"})
+_BARE_FIELDS = sorted({k for k in _VALUE_KEYS if " " not in k} | GRADED_HEADS, key=len, reverse=True)
+_BARE_FIELD_RE = re.compile(rf"(?P<field>(?i:{'|'.join(_BARE_FIELDS)})|{'|'.join(_METRIC_ACRONYMS)})"
+                            r"(?=\s+(?!of\b|is\b|was\b|to\b)[a-z])")  # not "Plan to hire …"
 _ARROW_RE = re.compile(r"(?<![\w£$€.,])(?P<was>(?:\d[\d.,]*\s+)?[\w£$€][\w£$€.,%-]*)\s*(?:→|->)\s*(?=[\w£$€])")
 
 
@@ -2442,30 +2450,32 @@ def _unique_person_before(ctx: _Context, sentence: _Sentence, position: int,
     return next(iter(names.values()))
 
 
+def _first_person_word(document: str, sentence_start: int, mention: tuple[int, int, str]) -> int | None:
+    """Where the first word of ``mention`` the English parse of its sentence (up to the
+    mention's end) tags a person starts, or None."""
+    from services.pipeline.domain import nlp
+
+    doc = nlp.parse(document[sentence_start:mention[1]])
+    return next((sentence_start + t.idx for t in doc if t.idx >= mention[0] - sentence_start
+                 and t.ent_type_ == "PERSON"), None)
+
+
 def _parsed_person_span(document: str, sentence_start: int, mention: tuple[int, int, str]
                         ) -> tuple[int, int, str] | None:
     """The part of a name at a sentence's start the parse calls a person, from its first word
     tagged so ("Call Dana Cole" -> "Dana Cole"), if two words or more."""
-    from services.pipeline.domain import nlp
-
-    doc = nlp.parse(document[sentence_start:mention[1]])
-    first = next((t for t in doc if t.idx >= mention[0] - sentence_start and t.ent_type_ == "PERSON"), None)
-    if first is None:
-        return None
-    start = sentence_start + first.idx
-    name = document[start:mention[1]]
-    return (start, mention[1], name) if len(name.split()) >= 2 else None
+    start = _first_person_word(document, sentence_start, mention)
+    name = document[start:mention[1]] if start is not None else ""
+    return (start, mention[1], name) if start is not None and len(name.split()) >= 2 else None
 
 
 def _parsed_person(document: str, sentence_start: int, mention: tuple[int, int, str]) -> bool:
     """Does the English parse of the sentence up to the mention's end tag the mention a person?"""
-    from services.pipeline.domain import nlp
     from services.pipeline.domain.reading import ORG_WORDS
 
     if mention[2].split()[-1].lower() in ORG_WORDS:
         return False  # "Kestrel Labs", which the small model tags a person
-    doc = nlp.parse(document[sentence_start:mention[1]])
-    return any(t.ent_type_ == "PERSON" for t in doc if t.idx >= mention[0] - sentence_start)
+    return _first_person_word(document, sentence_start, mention) is not None
 
 
 def _same_as_its_subject(ctx: _Context, sentence: _Sentence, position: int, name: str,

@@ -27,7 +27,7 @@ from typing import Any
 from services.pipeline.domain import nlp, timeparse
 from services.pipeline.domain.entities import ABBREVIATED_TITLES, HONORIFICS, role_before_title
 
-__all__ = ["Reading", "is_person_name", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
+__all__ = ["GRADED_HEADS", "Reading", "is_person_name", "is_pronoun", "name_at", "opens_with_a_noun", "read"]
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,8 @@ _ROLE_WORDS = _ROLE_BEFORE_NAME | frozenset(_ROLE_NOUNS)  # a role noun an appos
 # what is held when "ownership of X" or "leadership of X" passes to someone
 _HOLDING_NOUNS = {"ownership": "other:owns", "responsibility": "other:owns", "stewardship": "other:owns",
                   "custody": "other:owns", "leadership": "other:leads", "management": "other:leads"}
-# attributes whose values are grades ("severity: high", "the priority is low")
-_GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health rating grade".split())
+# nouns whose value is a grade ("the severity is high", "health moved from Green to Amber")
+GRADED_HEADS = frozenset("severity priority impact risk urgency confidence health rating grade".split())
 _HEDGES = frozenset("probably likely maybe perhaps possibly apparently presumably supposedly allegedly".split())
 _CORRECTION_WORDS = re.compile(r"^\s*(?:correction\b|actually\b|in fact\b|to correct\b)|\bcontrary to\b"
                                r"|\bnot\s+\w+\s+but\b", re.IGNORECASE)
@@ -1551,7 +1551,7 @@ def _transition(c: _Clause, verb: str, change: str, text: str) -> list[Reading] 
             # DTE 25" is a name with a number in it
             return None
         mover = c.objects[0] if c.objects and not c.passive else (c.subjects[0] if c.subjects else None)
-        if mover is None or mover.lemma_.lower() in _GRADED_HEADS:
+        if mover is None or mover.lemma_.lower() in GRADED_HEADS:
             return None  # "health moved from Green to Amber": a value changes (an attribute)
         if _is_person(destination) and not _is_personish(mover) and not (source is not None and _is_place(source)):
             # "his projects go to Beatrix": a hand-over of work, not a place
@@ -1854,6 +1854,8 @@ _WEEKDAY_PREFIX = re.compile(rf"^(?:the\s+|{timeparse.WEEKDAY_WORD},?\s+(?=\S*\d
 def _canonical_day(text: str) -> str:
     """A day written in full whatever its form ("28 Feb 2027", "24/03/2026" -> "28 February 2027",
     "24 March 2026"): a fact's value is the date, not its spelling. Anything else stays as written."""
+    if not any(ch.isdigit() for ch in text):
+        return text  # every value is read here: only one with a figure can be a day
     found = timeparse.find_time_expressions(text, None)
     if len(found) == 1 and (found[0].start, found[0].end) == (0, len(text)) and found[0].precision == "day" \
             and not found[0].relative and found[0].valid_from is not None:
@@ -1953,7 +1955,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
     climbed = next((a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)
                     and any(t.lower_ == "to" and t.dep_ == "quantmod" for t in a.subtree)), None)
     if base in _VALUE_CHANGE or verb in _VALUE_CHANGE or (base in ("move", "shift", "go") and (
-            to is not None and (_is_amount(to) or thing.lemma_.lower() in _GRADED_HEADS) or climbed is not None)):
+            to is not None and (_is_amount(to) or thing.lemma_.lower() in GRADED_HEADS) or climbed is not None)):
         ranged = source if source is not None else next(
             (a for a in c.head.children if a.dep_ == "npadvmod" and _is_amount(a)), None)
         if to is None and ranged is not None and any(t.lower_ == "to" and t.dep_ == "quantmod"
@@ -1990,7 +1992,7 @@ def _attribute(c: _Clause, verb: str, change: str, text: str) -> list[Reading] |
             again = any(a.dep_ == "advmod" and a.lower_ in ("again", "now") for a in [*c.head.children,
                                                                                        *value.children])
             return [_attr(name, "status", value.lower_, succession if again else change, text, state=True)]
-        if value is not None and value.pos_ == "ADJ" and thing.lemma_.lower() in _GRADED_HEADS:
+        if value is not None and value.pos_ == "ADJ" and thing.lemma_.lower() in GRADED_HEADS:
             return [_attr(name, None, _np_text(value), change, text, state=True)]  # "the severity is high"
         if (value is not None and value.dep_ == "attr" and value.pos_ == "PROPN" and not _is_personish(thing)
                 and thing.pos_ != "PROPN" and not _is_valueish(value)):

@@ -87,7 +87,10 @@ _P_MDY = re.compile(
 # cannot be a month ("03/04/2026" could be either and is left alone); without a year only after a
 # word that introduces a date ("24/7 support" and "3/4 of the staff" are no dates)
 _P_NUMERIC = re.compile(r"(?<![\w/.:-])(?P<a>\d{1,2})/(?P<b>\d{1,2})(?:/(?P<y>\d{4}|\d{2}))?(?![\w/:-]|\.\d)")
-_NUMERIC_DATE_AFTER = re.compile(r"\b(?:on|by|due|from|until|till|since|before|after|for|to)\s+$", re.IGNORECASE)
+# the words after which a bare figure or a shortened weekday is a date ("due 16/6", "since mon")
+SHORT_DATE_WORDS = frozenset("since from by on till until before after due".split())
+_SHORT_DATE_AFTER = "|".join(sorted(SHORT_DATE_WORDS))
+_NUMERIC_DATE_AFTER = re.compile(rf"\b(?:{_SHORT_DATE_AFTER}|for|to)\s+$", re.IGNORECASE)  # "from 16/6 to 18/11"
 _P_MY = re.compile(
     r"(?<![\w])(?:(?P<mod>early|mid|late|the end of|end of|the beginning of|beginning of|the start of|start of)"
     rf"[\s-]+)?{_MONTH}(?:,?\s+(?P<y>\d{{4}})(?!\d))?"
@@ -127,8 +130,7 @@ _WEEKDAY_SHORT = "|".join(sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True))
 _P_REL_WEEKDAY = re.compile(rf"(?<![\w])(?P<rel>last|next|this)\s+(?P<wd>{_WEEKDAY}|{_WEEKDAY_SHORT})\.?(?![\w])",
                             re.IGNORECASE)
 # a shortened weekday only after a word that introduces a date ("sat" and "wed" are verbs too)
-SHORT_WEEKDAY_AFTER = r"since|from|by|on|till|until|before|after"
-_P_WEEKDAY_SHORT = re.compile(rf"(?<![\w])(?:{SHORT_WEEKDAY_AFTER})\s+(?P<wd>{_WEEKDAY_SHORT})\.?(?![\w])",
+SHORT_WEEKDAY_RE = re.compile(rf"(?<![\w])(?:{_SHORT_DATE_AFTER})\s+(?P<wd>{_WEEKDAY_SHORT})\.?(?![\w])",
                               re.IGNORECASE)
 _P_AGO = re.compile(
     r"(?<![\w])(?P<n>\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<u>days?|months?|years?)"
@@ -482,7 +484,7 @@ def _handle_ago(text: str, match: re.Match[str], anchor: date | None) -> _Core |
 def _handle_unresolvable(text: str, match: re.Match[str], anchor: date | None) -> _Core | None:
     if match.re is _P_WEEKDAY and text[match.end():match.end() + 1] == "s":
         return None
-    weekday = match.re in (_P_WEEKDAY, _P_WEEKDAY_SHORT)
+    weekday = match.re in (_P_WEEKDAY, SHORT_WEEKDAY_RE)
     start = match.start("wd") if weekday else match.start()
     if weekday and anchor is not None and _preposition_before(text, start)[0] == "since":
         # "since Tuesday" can only look back: the latest Tuesday before the anchor
@@ -512,7 +514,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (_P_AGO, _handle_ago),
     (_P_VAGUE, _handle_unresolvable),
     (_P_WEEKDAY, _handle_unresolvable),
-    (_P_WEEKDAY_SHORT, _handle_unresolvable),
+    (SHORT_WEEKDAY_RE, _handle_unresolvable),
 )
 
 
@@ -533,7 +535,7 @@ def _find_cores(text: str, anchor: date | None, weekdays: Mapping[int, int] | No
     for priority, (pattern, handler) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
             core = None
-            if pattern in (_P_WEEKDAY, _P_WEEKDAY_SHORT) and weekdays \
+            if pattern in (_P_WEEKDAY, SHORT_WEEKDAY_RE) and weekdays \
                     and _preposition_before(text, match.start("wd"))[0] != "since":
                 core = _bare_weekday(match, anchor, weekdays.get(match.start("wd")))
             core = core or handler(text, match, anchor)
